@@ -1,0 +1,79 @@
+"""`dare-bench` command line.
+
+What it does: one entry point for the registry (list, show), the store (runs, export, ingest), evaluation (eval,
+score), the main job (reproduce), CI checks (check), the leaderboard and benchmarks (bench ...).
+
+    dare-bench --help
+    dare-bench reproduce bgpo-llada-sudoku          # tiny scale on CPU
+    dare-bench leaderboard
+    dare-bench check --run
+
+Each area keeps its commands next to its code (`dare_bench/<area>/commands.py`, a `register(app)` function), so
+this file only wires them together. Command modules import torch and friends lazily, inside the commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from dare_bench.errors import DareBenchError
+
+app = typer.Typer(
+    name="dare-bench",
+    help="Reproduce, evaluate and compare post-training algorithms for diffusion language models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Modules whose `register(app)` adds commands. Order = order in `--help`.
+COMMAND_MODULES = [
+    "dare_bench.registry.commands",
+    "dare_bench.store.commands",
+    "dare_bench.evaluators.commands",
+    "dare_bench.pipeline_commands",
+    "dare_bench.check",
+    "dare_bench.leaderboard_command",
+    "dare_bench.bench",
+    "dare_bench.models.commands",
+]
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that area has not landed yet
+                continue
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+) -> None:
+    if version:
+        from dare_bench import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+def main() -> None:
+    try:
+        app()
+    except DareBenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

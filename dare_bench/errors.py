@@ -1,0 +1,31 @@
+"""One exception type for every user-facing failure: the CLI prints its message and exits non-zero."""
+
+
+class DareBenchError(Exception):
+    """Bad input or an unrecoverable condition, explained in one line for the user."""
+
+    exit_code = 2
+
+
+class ConfigError(DareBenchError):
+    """A reproduction / run config / override is invalid."""
+
+
+class CheckpointError(DareBenchError):
+    """A checkpoint directory or file is missing, corrupt or inconsistent with the model."""
+
+
+class DataError(DareBenchError):
+    """A data file is unreadable or has the wrong shape."""
+
+
+class SamplerError(DareBenchError):
+    """Invalid sampler settings, detected before any forward pass."""
+
+
+class StoreError(DareBenchError):
+    """The results database cannot be opened, migrated or written."""
+
+
+def missing_extra(package: str, extra: str) -> DareBenchError:
+    return DareBenchError(f"{package} is not installed; install the optional extra: pip install 'dare-bench[{extra}]'")

@@ -1,0 +1,240 @@
+"""What every backbone exposes, and the family registry.
+
+A backbone is a `DiffusionLM` (a torch Module) whose `forward` returns float logits `[B, L, V]` in the official
+model's convention, plus `traits` that tell samplers, likelihood estimators and trainers everything family-specific
+(mask id, logit shift, attention kind, block size, eos / pad ids) so that no caller branches on a family name.
+
+Families register themselves with `register_family`; `detect_family(config_dict)` picks one from `config.json`'s
+`model_type` / `architectures`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal
+
+import torch
+from torch import nn
+
+from dare_bench.errors import CheckpointError
+
+AttentionKind = Literal["bidirectional", "block_causal"]
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """Family facts a caller needs, read from the model's config (never from constants)."""
+
+    family: str
+    mask_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    # 0: logits row i predicts token i (LLaDA, SDAR, LLaDA2). 1: row i predicts token i+1 (Dream, AR convention);
+    # callers use `shift_logits` to get "row i predicts token i".
+    logit_shift: int
+    attention: AttentionKind
+    block_size: int | None = None  # block diffusion only
+    # Extra ids that end a generation (e.g. <|eot_id|>, <|im_end|>), besides eos.
+    stop_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+
+    @property
+    def is_block_diffusion(self) -> bool:
+        return self.attention == "block_causal"
+
+
+def shift_logits(logits: torch.Tensor, logit_shift: int) -> torch.Tensor:
+    """Return logits where row i predicts token i.
+
+    With `logit_shift == 1` (Dream) this is the official sampler's `cat([logits[:, :1], logits[:, :-1]], 1)`:
+    position i takes row i-1 and position 0 reuses row 0.
+    """
+    if logit_shift == 0:
+        return logits
+    if logit_shift == 1:
+        return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+    raise ValueError(f"unsupported logit_shift {logit_shift}")
+
+
+class KVCache:
+    """Per-layer key/value tensors `[B, H_kv, L, D]` (post-RoPE, post QK-norm), appended block by block.
+
+    Semantics of a forward with `kv_cache` (implemented by every family's attention):
+    - `replace_position=None`: keys/values = concat(cache, new); if `update_cache`, the cache keeps the concat.
+    - `replace_position=(start, end)`: keys/values = cache with positions [start, end) replaced by the new ones
+      (Fast-dLLM dual cache); if `update_cache`, the replacement is written into the cache.
+    `attn_mask` (bool `[B, 1, Lq, Lk]`, True = may attend) then covers all keys; None = attend to everything.
+    """
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def __len__(self) -> int:  # number of cached positions
+        k = self.keys[0]
+        return 0 if k is None else int(k.shape[-2])
+
+    def attend(
+        self,
+        layer: int,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        update: bool,
+        replace_position: tuple[int, int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ck, cv = self.keys[layer], self.values[layer]
+        if replace_position is not None:
+            if ck is None:
+                raise ValueError("replace_position needs a filled cache")
+            start, end = replace_position
+            if end - start != k.shape[-2]:
+                raise ValueError(f"replace_position {replace_position} does not match {k.shape[-2]} new positions")
+            full_k = torch.cat([ck[..., :start, :], k, ck[..., end:, :]], dim=-2)
+            full_v = torch.cat([cv[..., :start, :], v, cv[..., end:, :]], dim=-2)
+        elif ck is None:
+            full_k, full_v = k, v
+        else:
+            full_k, full_v = torch.cat([ck, k], dim=-2), torch.cat([cv, v], dim=-2)
+        if update:
+            self.keys[layer], self.values[layer] = full_k, full_v
+        return full_k, full_v
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached positions."""
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if k is not None:
+                self.keys[i], self.values[i] = k[..., :length, :], v[..., :length, :]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select batch rows (e.g. after finished rows are dropped)."""
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if k is not None:
+                self.keys[i], self.values[i] = k.index_select(0, index), v.index_select(0, index)
+
+
+class DiffusionLM(nn.Module):
+    """Base class of every backbone.
+
+    Subclasses set `family`, build their modules from `config` (the official config.json as a dict, whose field
+    names are kept as they are), and implement `forward` and `traits`.
+    """
+
+    family: ClassVar[str] = ""
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__()
+        self.config = copy.deepcopy(config)
+        self.gradient_checkpointing = False
+        self.attn_backend = "sdpa"
+
+    # --- to implement -------------------------------------------------------------------------------------
+    @property
+    def traits(self) -> ModelTraits:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(  # pragma: no cover - abstract
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        update_cache: bool = False,
+        replace_position: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """Return logits `[B, L, V]` (float) in the official convention.
+
+        attention_mask: `[B, L]` 0/1 padding mask with the official family semantics.
+        position_ids: `[B, L]`; defaults to the family's official default.
+        attn_mask: explicit boolean `[B or 1, 1, Lq, Lk]` (True = may attend) overriding the family's default pattern;
+            used for packing, block-causal training layouts and cached decoding.
+        kv_cache / update_cache / replace_position: see `KVCache`.
+        """
+        raise NotImplementedError
+
+    # --- shared ---------------------------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        raise NotImplementedError
+
+    def new_kv_cache(self) -> KVCache:
+        return KVCache(self.num_layers)
+
+    def set_attention_backend(self, backend: str) -> None:
+        from dare_bench.models.layers import check_backend
+
+        check_backend(backend)
+        self.attn_backend = backend
+
+    def gradient_checkpointing_enable(self, enabled: bool = True) -> None:
+        self.gradient_checkpointing = enabled
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.gradient_checkpointing = False
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02) -> None:
+        """Random init for presets trained from scratch: normal(0, std) matrices, unit norms, zero biases."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif hasattr(module, "weight") and isinstance(module.weight, nn.Parameter) and module.weight.dim() == 1:
+                nn.init.ones_(module.weight)
+
+    def post_load(self) -> None:
+        """Hook run after weights were assigned (e.g. to rebuild non-persistent buffers); default: nothing."""
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None) -> None:
+        from dare_bench.models.io import save_pretrained
+
+        save_pretrained(self, directory, tokenizer=tokenizer, extra_files=extra_files)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str
+    model_cls: type[DiffusionLM]
+    model_types: tuple[str, ...]
+    architectures: tuple[str, ...]
+    # Fields that must be present in config.json for this family (clear error instead of a KeyError deep inside).
+    required_fields: tuple[str, ...] = ()
+    # Extra files the official loader needs beside config.json, written by save_pretrained: name -> builder(config).
+    companion_files: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
+
+
+FAMILIES: dict[str, FamilySpec] = {}
+
+
+def register_family(spec: FamilySpec) -> FamilySpec:
+    if spec.name in FAMILIES and FAMILIES[spec.name].model_cls is not spec.model_cls:
+        raise ValueError(f"family {spec.name!r} registered twice")
+    FAMILIES[spec.name] = spec
+    return spec
+
+
+def detect_family(config: dict[str, Any], source: str = "config.json") -> FamilySpec:
+    from dare_bench.models import _import_families
+
+    _import_families()
+    model_type = str(config.get("model_type", ""))
+    archs = tuple(config.get("architectures") or ())
+    for spec in FAMILIES.values():
+        if model_type.lower() in {t.lower() for t in spec.model_types} or set(archs) & set(spec.architectures):
+            missing = [f for f in spec.required_fields if f not in config]
+            if missing:
+                raise CheckpointError(f"{source}: {spec.name} config lacks required field(s) {missing}")
+            return spec
+    known = sorted(t for s in FAMILIES.values() for t in s.model_types)
+    hint = difflib.get_close_matches(model_type, known, n=1)
+    raise CheckpointError(
+        f"{source}: unknown model family (model_type={model_type!r}, architectures={list(archs)}); "
+        f"known model_types: {known}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+    )

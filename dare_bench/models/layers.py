@@ -1,0 +1,141 @@
+"""Layers shared by the backbones: RMSNorm, rotary embeddings, SwiGLU MLP, attention with backends and KV cache.
+
+Numerics follow the official code: RMSNorm computes in float32, casts back to the input dtype and then multiplies
+by the weight; rotary angles are computed in float32. Attention backends: `sdpa` (default, CPU and GPU),
+`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (block masks, GPU); optional ones are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dare_bench.errors import DareBenchError, missing_extra
+
+BACKENDS = ("sdpa", "flash_attn", "flex")
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise DareBenchError(f"unknown attention backend {backend!r}; use one of {BACKENDS}")
+    if backend == "flash_attn" and importlib.util.find_spec("flash_attn") is None:
+        raise missing_extra("flash-attn", "gpu")
+    if backend in ("flash_attn", "flex") and not torch.cuda.is_available():
+        raise DareBenchError(f"attention backend {backend!r} needs a CUDA GPU; use 'sdpa' on CPU")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rotary_cos_sin(position_ids: torch.Tensor, rot_dim: int, theta: float, dtype: torch.dtype):
+    """cos/sin `[B, L, rot_dim]` for rotate-half RoPE (angles in float32, then cast to `dtype`)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64, device=position_ids.device).float() / rot_dim))
+    angles = position_ids.float()[..., None] * inv_freq  # [B, L, rot/2]
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """q, k: `[B, H, L, D]`; cos/sin `[B, L, rot]` with rot <= D (partial rotary passes the rest through)."""
+    cos, sin = cos[:, None], sin[:, None]
+    rot = cos.shape[-1]
+    if rot == q.shape[-1]:
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    q_r, q_p = q[..., :rot], q[..., rot:]
+    k_r, k_p = k[..., :rot], k[..., rot:]
+    q_r = q_r * cos + rotate_half(q_r) * sin
+    k_r = k_r * cos + rotate_half(k_r) * sin
+    return torch.cat([q_r, q_p], dim=-1), torch.cat([k_r, k_p], dim=-1)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)); attribute names are set by the family (official key names)."""
+
+    def __init__(self, dim: int, hidden: int, names=("gate_proj", "up_proj", "down_proj"), bias: bool = False):
+        super().__init__()
+        self._names = names
+        setattr(self, names[0], nn.Linear(dim, hidden, bias=bias))
+        setattr(self, names[1], nn.Linear(dim, hidden, bias=bias))
+        setattr(self, names[2], nn.Linear(hidden, dim, bias=bias))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up, down = (getattr(self, n) for n in self._names)
+        return down(F.silu(gate(x)) * up(x))
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, H_kv, L, D] -> [B, H_kv*n_rep, L, D]; kv head j serves query heads j*n_rep .. j*n_rep+n_rep-1."""
+    if n_rep == 1:
+        return x
+    b, h, l, d = x.shape
+    return x[:, :, None].expand(b, h, n_rep, l, d).reshape(b, h * n_rep, l, d)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              backend: str = "sdpa", scale: float | None = None) -> torch.Tensor:
+    """q `[B, H, Lq, D]`, k/v `[B, H_kv, Lk, D]`; mask bool (True = attend) or additive float, broadcastable to
+    `[B, H, Lq, Lk]`. Rows that may attend to nothing return 0 (not NaN), as torch >= 2.5 SDPA does."""
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    if backend == "sdpa" or mask is None and backend == "flex":
+        if mask is not None and mask.dtype == torch.bool:
+            empty = ~mask.any(dim=-1, keepdim=True)
+            if bool(empty.any()):
+                mask = mask | empty  # avoid NaN; zeroed below
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+                return out.masked_fill(empty, 0.0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if backend == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if mask.dtype != torch.bool:
+            bias = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[b, h, i, j], scale=scale)
+        m = mask.expand(q.shape[0], 1, q.shape[2], k.shape[2])
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(m[b, 0, i, j], s, -float("inf")),
+                              scale=scale)
+    if backend == "flash_attn":
+        from dare_bench.models.flash import flash_attention
+
+        return flash_attention(q, k, v, mask, scale=scale)
+    raise DareBenchError(f"unknown attention backend {backend!r}")
+
+
+def block_causal_mask(q_len: int, k_len: int, block_size: int, q_offset: int = 0, device=None) -> torch.Tensor:
+    """Bool `[1, 1, q_len, k_len]`: query at absolute position i may see key j iff j // b <= i // b."""
+    qi = torch.arange(q_offset, q_offset + q_len, device=device)[:, None] // block_size
+    kj = torch.arange(k_len, device=device)[None, :] // block_size
+    return (kj <= qi)[None, None]
+
+
+def segment_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Packed rows: bool `[B, 1, L, L]` allowing attention only inside the same segment id."""
+    return (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+
+
+def packed_position_ids(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Positions restarting at 0 at every new segment of a packed row `[B, L]`."""
+    b, l = segment_ids.shape
+    idx = torch.arange(l, device=segment_ids.device).expand(b, l)
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    start_idx = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
+    return idx - start_idx
