@@ -208,6 +208,9 @@ class FamilySpec:
     required_fields: tuple[str, ...] = ()
     # Extra files the official loader needs beside config.json, written by save_pretrained: name -> builder(config).
     companion_files: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
+    # adapt_vocab(config, vocab_size=, mask_token_id=, eos_token_id=, pad_token_id=, bos_token_id=) -> new config
+    # dict with the family's own field names set; used to fit a tiny preset to a task tokenizer.
+    adapt_vocab: Callable[..., dict] | None = None
 
 
 FAMILIES: dict[str, FamilySpec] = {}

@@ -38,3 +38,24 @@ def list_presets() -> list[str]:
 
     _import_families()
     return sorted(PRESETS)
+
+
+def preset_for_tokenizer(name: str, tokenizer, **overrides: Any) -> dict[str, Any]:
+    """A preset config whose vocabulary and special ids match `tokenizer` (mask, eos, pad, bos tokens)."""
+    from dare_bench.errors import ConfigError
+    from dare_bench.models.base import detect_family
+
+    cfg = preset_config(name, **overrides)
+    spec = detect_family(cfg, f"preset {name}")
+    if spec.adapt_vocab is None:
+        raise ConfigError(f"family {spec.name} cannot adapt its vocabulary to a tokenizer")
+    ids = {
+        "mask_token_id": tokenizer.mask_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+    }
+    missing = [k for k, v in ids.items() if v is None and k != "bos_token_id"]
+    if missing:
+        raise ConfigError(f"tokenizer lacks special token(s) {missing}")
+    return spec.adapt_vocab(cfg, vocab_size=len(tokenizer), **ids)

@@ -1,0 +1,26 @@
+"""`dare-bench bench ...`: benchmarks that print ratios measured in one run (never timed tests).
+
+    dare-bench bench rollout [--json]    # cached / accelerated vs vanilla samplers, per family
+    dare-bench bench memory  [--json]    # BGPO vs naive ELBO peak memory as MC samples grow
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory"]
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Benchmarks that print speed / memory ratios measured in one run.", no_args_is_help=True)
+    for name in BENCH_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(group)
+    app.add_typer(group, name="bench")
