@@ -28,16 +28,34 @@ def check_backend(backend: str) -> None:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    """`weight * cast_back(x_fp32 * rsqrt(mean(x^2) + eps)) (+ bias)`.
+
+    `elementwise_affine=False` drops the weight and `bias=True` adds one (LLaDA's `layer_norm_with_affine` /
+    `bias_for_layer_norm`); the defaults are the Llama / Qwen form every family uses.
+    """
+
+    def __init__(self, dim: int, eps: float, elementwise_affine: bool = True, bias: bool = False):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(dim))
+            self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        # autocast would otherwise run the reduction in low precision (the official norms disable it too)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            h = h.to(dtype)
+        if self.weight is None:
+            return h
+        if self.bias is None:
+            return self.weight * h
+        return self.weight * h + self.bias
 
 
 def rotary_cos_sin(position_ids: torch.Tensor, rot_dim: int, theta: float, dtype: torch.dtype):
@@ -90,9 +108,17 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-              backend: str = "sdpa", scale: float | None = None) -> torch.Tensor:
+              backend: str = "sdpa", scale: float | None = None, dropout_p: float = 0.0) -> torch.Tensor:
     """q `[B, H, Lq, D]`, k/v `[B, H_kv, Lk, D]`; mask bool (True = attend) or additive float, broadcastable to
-    `[B, H, Lq, Lk]`. Rows that may attend to nothing return 0 (not NaN), as torch >= 2.5 SDPA does."""
+    `[B, H, Lq, Lk]`. Rows that may attend to nothing return 0 (not NaN), as torch >= 2.5 SDPA does.
+    `dropout_p` (attention-probability dropout, training only) is supported by the sdpa backend."""
+    if dropout_p and backend != "sdpa":
+        raise DareBenchError(f"attention dropout is only implemented for the sdpa backend, not {backend!r}")
+    if backend == "flash_attn":
+        # flash-attn handles grouped KV heads itself: no repeat
+        from dare_bench.models.flash import flash_attention
+
+        return flash_attention(q, k, v, mask, scale=scale)
     n_rep = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     if backend == "sdpa" or mask is None and backend == "flex":
@@ -100,9 +126,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
             empty = ~mask.any(dim=-1, keepdim=True)
             if bool(empty.any()):
                 mask = mask | empty  # avoid NaN; zeroed below
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
                 return out.masked_fill(empty, 0.0)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     if backend == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
@@ -112,10 +138,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         m = mask.expand(q.shape[0], 1, q.shape[2], k.shape[2])
         return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(m[b, 0, i, j], s, -float("inf")),
                               scale=scale)
-    if backend == "flash_attn":
-        from dare_bench.models.flash import flash_attention
-
-        return flash_attention(q, k, v, mask, scale=scale)
     raise DareBenchError(f"unknown attention backend {backend!r}")
 
 
@@ -139,3 +161,27 @@ def packed_position_ids(segment_ids: torch.Tensor) -> torch.Tensor:
     starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
     start_idx = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
     return idx - start_idx
+
+
+def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """`[B, Lk]` 0/1 padding mask -> bool `[B, 1, 1, Lk]` (every query may see every non-pad key)."""
+    return attention_mask.bool()[:, None, None, :]
+
+
+def query_key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """`[B, L]` 0/1 padding mask -> bool `[B, 1, L, L]` where pad queries see nothing and pad keys are hidden
+    (Dream's sampler convention: `m[:, None, None, :] & m[:, None, :, None]`)."""
+    m = attention_mask.bool()
+    return m[:, None, None, :] & m[:, None, :, None]
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """AND of broadcastable boolean masks, ignoring None; None if all are None."""
+    out = None
+    for m in masks:
+        if m is None:
+            continue
+        if m.dtype != torch.bool:
+            raise DareBenchError(f"attention masks must be boolean (True = may attend), got {m.dtype}")
+        out = m if out is None else out & m
+    return out
