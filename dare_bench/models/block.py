@@ -1,0 +1,276 @@
+"""Block diffusion (BDLM) attention patterns, training layouts and losses shared by SDAR and LLaDA2.
+
+Inference uses the block-causal pattern: a query at absolute position i may see key j iff j // b <= i // b.
+Training uses the BD3-LM "two copies" trick: the model reads `[x_t ; x_0]` (noisy copy, clean copy, both with the
+sample's own position ids) under a mask where (1) each copy is bidirectional inside a block, (2) a noisy block sees
+the clean copy of strictly earlier blocks and (3) the clean copy is block-causal; noisy tokens never see other
+blocks' noisy tokens, clean tokens never see noisy ones. Two layouts exist upstream:
+
+- dFactory (LLaDA2): all noisy tokens, then all clean tokens: `bd3_attention_mask(L, b)`, positions `[0..L-1, 0..L-1]`;
+- SDAR (LlamaFactory packing): per packed sample `[xt_1, x0_1, xt_2, x0_2, ...]`, the mask is the block diagonal of
+  each sample's BD3 mask; padding after the last sample counts as one more sample (`sdar_packed_training_mask`).
+
+`training_forward(model, noisy_ids, clean_ids)` runs any block-diffusion backbone on the dFactory layout and returns
+the logits of the noisy copy, so likelihood / SFT code never needs to know the family. The two official losses are
+`sdar_bd_loss` (1/t weighted, SDAR) and `dfactory_bd_loss` (unweighted, LLaDA2 / dFactory).
+
+Library module (no command line); exercised by `pytest tests/models/test_block_diffusion.py -q`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from dare_bench.errors import DareBenchError
+from dare_bench.models.layers import block_causal_mask
+
+
+def bd3_rule(q_idx: torch.Tensor, k_idx: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    """The BD3-LM mask over `[x_t ; x_0]` of one sample of length n (indices 0..2n-1), broadcast over q/k."""
+    clean_q, clean_k = q_idx >= n, k_idx >= n
+    blk_q = torch.where(clean_q, q_idx - n, q_idx) // block_size
+    blk_k = torch.where(clean_k, k_idx - n, k_idx) // block_size
+    block_diagonal = (blk_q == blk_k) & (clean_q == clean_k)
+    offset_block_causal = (blk_q > blk_k) & clean_k & ~clean_q
+    block_causal = (blk_q >= blk_k) & clean_k & clean_q
+    return block_diagonal | offset_block_causal | block_causal
+
+
+def _check_block_size(block_size: int) -> int:
+    if not isinstance(block_size, int) or block_size < 1:
+        raise DareBenchError(f"block_size must be a positive integer, got {block_size!r}")
+    return block_size
+
+
+def bd3_attention_mask(seq_len: int, block_size: int, device=None) -> torch.Tensor:
+    """Bool `[1, 1, 2L, 2L]` (True = may attend) for the dFactory layout `[x_t (L) ; x_0 (L)]`."""
+    _check_block_size(block_size)
+    idx = torch.arange(2 * seq_len, device=device)
+    return bd3_rule(idx[:, None], idx[None, :], seq_len, block_size)[None, None]
+
+
+def inference_block_causal_mask(q_len: int, k_len: int | None = None, block_size: int = 4, q_offset: int = 0,
+                                device=None) -> torch.Tensor:
+    """Bool `[1, 1, q_len, k_len]`: query at absolute position `q_offset + i` sees key j iff j // b <= (q_offset+i) // b.
+
+    With a KV cache of P positions the new queries start at `q_offset = P` and `k_len = P + q_len`, so every cached
+    committed block is fully visible and the current block is bidirectional.
+    """
+    _check_block_size(block_size)
+    k_len = q_offset + q_len if k_len is None else k_len
+    return block_causal_mask(q_len, k_len, block_size, q_offset=q_offset, device=device)
+
+
+def dfactory_training_inputs(noisy_ids: torch.Tensor, clean_ids: torch.Tensor, block_size: int,
+                             attention_mask: torch.Tensor | None = None):
+    """(input_ids `[B, 2L]`, position_ids `[B, 2L]`, attn_mask bool `[B or 1, 1, 2L, 2L]`) of the dFactory layout.
+
+    `attention_mask` `[B, L]` (1 = real token) hides padding keys in both copies, so real tokens see exactly what
+    they would see without the padding (the official dFactory run pads to max length and keeps pad keys visible;
+    the loss then ignores them, but the real tokens' logits change, so we hide them).
+    """
+    if noisy_ids.shape != clean_ids.shape or noisy_ids.dim() != 2:
+        raise DareBenchError(f"noisy and clean ids must both be [B, L]; got {tuple(noisy_ids.shape)} and "
+                             f"{tuple(clean_ids.shape)}")
+    b, L = noisy_ids.shape
+    device = noisy_ids.device
+    ids = torch.cat([noisy_ids, clean_ids], dim=1)
+    pos = torch.arange(L, device=device).repeat(2)[None].expand(b, 2 * L)
+    mask = bd3_attention_mask(L, block_size, device=device)
+    if attention_mask is not None:
+        if attention_mask.shape != (b, L):
+            raise DareBenchError(f"attention_mask must be [B, L] = {(b, L)}, got {tuple(attention_mask.shape)}")
+        keep = attention_mask.bool().repeat(1, 2)
+        mask = mask & keep[:, None, None, :]
+    return ids, pos, mask
+
+
+def training_forward(model, noisy_ids: torch.Tensor, clean_ids: torch.Tensor,
+                     attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits `[B, L, V]` of the noisy copy, from one forward over `[x_t ; x_0]` with the BD3 mask.
+
+    The block size comes from `model.traits.block_size`; works for every block-diffusion family.
+    """
+    traits = model.traits
+    if not traits.is_block_diffusion or not traits.block_size:
+        raise DareBenchError(f"training_forward needs a block-diffusion backbone; {traits.family} is "
+                             f"{traits.attention}")
+    ids, pos, mask = dfactory_training_inputs(noisy_ids, clean_ids, traits.block_size, attention_mask)
+    logits = model(ids, position_ids=pos, attn_mask=mask)
+    return logits[:, : noisy_ids.shape[1]]
+
+
+# --- SDAR packed layout ---------------------------------------------------------------------------------------
+
+def pad_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """SDAR's `modify_padded_position_ids_2d`: positions after the last non-zero one restart at 0, 1, 2, ...
+
+    So trailing padding (whose positions are 0 upstream) becomes one more sample.
+    """
+    if position_ids.dim() != 2:
+        raise DareBenchError(f"position_ids must be [B, L], got {tuple(position_ids.shape)}")
+    b, L = position_ids.shape
+    col = torch.arange(L, device=position_ids.device, dtype=position_ids.dtype).expand(b, L)
+    nonzero = position_ids != 0
+    last = (col * nonzero).max(dim=1).values
+    start = torch.where(nonzero.any(dim=1), last + 1, torch.zeros_like(last))
+    pad = col >= start[:, None]
+    return torch.where(pad, col - start[:, None], position_ids)
+
+
+def sample_lengths(position_ids: torch.Tensor) -> list[list[int]]:
+    """Length of every packed sample of each row: a sample starts wherever the position id is 0."""
+    out = []
+    for row in position_ids:
+        starts = torch.nonzero(row == 0).flatten().tolist()
+        if not starts or starts[0] != 0:
+            raise DareBenchError("packed position_ids must start every row with 0")
+        bounds = starts + [row.shape[0]]
+        out.append([bounds[i + 1] - bounds[i] for i in range(len(starts))])
+    return out
+
+
+def sdar_packed_training_mask(lengths: Sequence[Sequence[int]], block_size: int, device=None) -> torch.Tensor:
+    """Bool `[B, 1, 2T, 2T]`: block diagonal over packed samples of each sample's BD3 mask (SDAR layout).
+
+    `lengths[b]` lists the sample lengths of row b (padding included as its own sample); all rows must sum to T.
+    """
+    _check_block_size(block_size)
+    totals = {sum(row) for row in lengths}
+    if len(totals) != 1:
+        raise DareBenchError(f"packed rows must have equal total length, got {sorted(totals)}")
+    masks = []
+    for row in lengths:
+        parts = []
+        for n in row:
+            idx = torch.arange(2 * n, device=device)
+            parts.append(bd3_rule(idx[:, None], idx[None, :], n, block_size))
+        masks.append(torch.block_diag(*parts))
+    return torch.stack(masks)[:, None]
+
+
+def sdar_packed_layout(noisy_ids: torch.Tensor, clean_ids: torch.Tensor, position_ids: torch.Tensor,
+                       block_size: int):
+    """SDAR's `prepare_for_bd_training` layout of packed rows.
+
+    Returns (input_ids `[B, 2T]`, position_ids `[B, 2T]`, attn_mask bool `[B, 1, 2T, 2T]`, noisy_index `[B, T]`)
+    where `noisy_index[b, i]` is the column of token i's noisy copy (use it to gather the noisy logits back into
+    the original order). `position_ids` are the packed positions (restarting at 0 per sample); trailing padding is
+    handled as in SDAR (`pad_position_ids`).
+    """
+    if not (noisy_ids.shape == clean_ids.shape == position_ids.shape) or noisy_ids.dim() != 2:
+        raise DareBenchError("noisy_ids, clean_ids and position_ids must all be [B, T]")
+    position_ids = pad_position_ids(position_ids)
+    lengths = sample_lengths(position_ids)
+    b, T = noisy_ids.shape
+    device = noisy_ids.device
+    noisy_index = torch.empty(b, T, dtype=torch.long, device=device)
+    clean_index = torch.empty(b, T, dtype=torch.long, device=device)
+    for r, row in enumerate(lengths):
+        start = 0
+        for n in row:
+            noisy_index[r, start:start + n] = 2 * start + torch.arange(n, device=device)
+            clean_index[r, start:start + n] = 2 * start + n + torch.arange(n, device=device)
+            start += n
+    ids = torch.empty(b, 2 * T, dtype=noisy_ids.dtype, device=device)
+    ids.scatter_(1, noisy_index, noisy_ids)
+    ids.scatter_(1, clean_index, clean_ids)
+    pos = torch.empty(b, 2 * T, dtype=position_ids.dtype, device=device)
+    pos.scatter_(1, noisy_index, position_ids)
+    pos.scatter_(1, clean_index, position_ids)
+    mask = sdar_packed_training_mask(lengths, block_size, device=device)
+    return ids, pos, mask, noisy_index
+
+
+def packed_training_forward(model, noisy_ids: torch.Tensor, clean_ids: torch.Tensor,
+                            position_ids: torch.Tensor) -> torch.Tensor:
+    """Noisy-copy logits `[B, T, V]` (original token order) of packed rows in SDAR's interleaved layout."""
+    traits = model.traits
+    if not traits.is_block_diffusion or not traits.block_size:
+        raise DareBenchError(f"packed_training_forward needs a block-diffusion backbone; {traits.family} is "
+                             f"{traits.attention}")
+    ids, pos, mask, noisy_index = sdar_packed_layout(noisy_ids, clean_ids, position_ids, traits.block_size)
+    logits = model(ids, position_ids=pos, attn_mask=mask)
+    return logits.gather(1, noisy_index[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+# --- losses ---------------------------------------------------------------------------------------------------
+
+def sdar_bd_loss(noisy_logits: torch.Tensor, clean_ids: torch.Tensor, masked: torch.Tensor, p_mask: torch.Tensor,
+                 labels: torch.Tensor) -> torch.Tensor:
+    """SDAR training loss: Σ_masked CE(noisy logits, clean token) / p  ÷  count(labels != -100).
+
+    noisy_logits `[B, L, V]` (row i predicts token i); masked bool `[B, L]`; p_mask: the mask rate of each masked
+    token in `masked` order (`[n_masked]`) or per position (`[B, L]`); labels `[B, L]` with -100 on prompt tokens.
+    """
+    if p_mask.shape == masked.shape:
+        p_mask = p_mask[masked]
+    ce = F.cross_entropy(noisy_logits[masked].float(), clean_ids[masked], reduction="none")
+    return (ce / p_mask.to(ce.dtype)).sum() / (labels != -100).sum()
+
+
+def dfactory_bd_loss(noisy_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """dFactory (LLaDA2) block-diffusion SFT loss: Σ CE(noisy logits, labels) ÷ count(labels != -100), no 1/t.
+
+    labels `[B, L]`: the clean token where x_t is masked, -100 elsewhere ("same token labels": no shift).
+    """
+    ce = F.cross_entropy(noisy_logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    return ce / (labels != -100).sum()
+
+
+# --- forward plumbing shared by the block-diffusion families -------------------------------------------------
+
+def resolve_attention(
+    input_ids: torch.Tensor,
+    *,
+    block_size: int,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    attn_mask: torch.Tensor | None,
+    kv_cache,
+    replace_position: tuple[int, int] | None,
+):
+    """(position_ids `[B, L]`, mask for `layers.attention` or None) of one forward call.
+
+    Default pattern (`attn_mask=None`): block-causal over absolute positions. With a KV cache of P positions the new
+    queries sit at P.. (or at `replace_position[0]..` for a dual-cache replacement), so committed blocks in the cache
+    are fully visible. Default positions are those absolute positions (the official `cache_position`).
+    `attention_mask` `[B, Lk]` (1 = real token; Lk = number of keys) additionally hides padding keys.
+    An explicit `attn_mask` may be bool (True = attend) or additive float (0 / -inf), `[B or 1, 1, L, Lk]`.
+    A mask that allows everything is returned as None (attention without a mask, as the official decoding branch).
+    """
+    b, L = input_ids.shape
+    device = input_ids.device
+    past = len(kv_cache) if kv_cache is not None else 0
+    if replace_position is not None:
+        if kv_cache is None:
+            raise DareBenchError("replace_position needs a kv_cache")
+        q_offset, k_len = int(replace_position[0]), past
+    else:
+        q_offset, k_len = past, past + L
+    if position_ids is None:
+        position_ids = torch.arange(q_offset, q_offset + L, device=device)[None].expand(b, L)
+    elif position_ids.shape[-1] != L:
+        raise DareBenchError(f"position_ids has length {position_ids.shape[-1]}, input_ids {L}")
+    if attn_mask is None:
+        mask = block_causal_mask(L, k_len, block_size, q_offset=q_offset, device=device)
+    else:
+        if attn_mask.dim() != 4 or tuple(attn_mask.shape[-2:]) != (L, k_len):
+            raise DareBenchError(f"attn_mask must be [B or 1, 1, {L}, {k_len}] (queries x keys incl. cache), got "
+                                 f"{tuple(attn_mask.shape)}")
+        mask = attn_mask.to(device)
+    if attention_mask is not None:
+        if attention_mask.dim() != 2 or attention_mask.shape[-1] != k_len:
+            raise DareBenchError(f"attention_mask (padding) must be [B, {k_len}] covering every key, got "
+                                 f"{tuple(attention_mask.shape)}")
+        keep = attention_mask.to(device).bool()[:, None, None, :]
+        if mask.dtype == torch.bool:
+            mask = mask & keep
+        else:
+            mask = mask.masked_fill(~keep, float("-inf"))
+    if mask.dtype == torch.bool and bool(mask.all()):
+        mask = None
+    return position_ids, mask
