@@ -1,0 +1,534 @@
+"""Typed schemas for reproductions and run configs, their content hash, and `key=value` overrides.
+
+A reproduction (`reproductions/<algorithm>-<backbone>-<task>.yaml`, loaded by `dare_bench.registry`) is a
+`ReproductionSpec`: identity (algorithm x backbone x task), one `ScaleProfile` per scale and the scores published
+for it (`ReportedScore`). Resolving a spec at a scale, plus optional command-line overrides, gives a `RunConfig`,
+whose `content_hash` keys runs in the store: identical semantic configs give identical hashes.
+
+    from dare_bench.registry import get
+    cfg = get("bgpo-llada-sudoku").resolve("tiny", ["train.lr=1e-5", "eval.limit=64"])
+    cfg.profile.train.lr, cfg.modified, cfg.content_hash
+
+Every model forbids unknown keys (typos fail at load time). Algorithm-specific knobs live in `train.algorithm`,
+validated here against the knob model registered for the reproduction's algorithm (`ALGORITHM_KNOBS`), so a
+typo there fails at load time too; the algorithm plug-in reads them from the typed model.
+
+Scales:
+- `paper`: the recipe that produced the reported scores (real checkpoint + revision, published hyper-parameters).
+- `official` (optional): the algorithm authors' own recipe where it differs from the one that produced the
+  reported scores (for DARE-table rows, `paper` is DARE's recipe and `official` the original repository's).
+- `tiny`: a tiny replica of the backbone (model preset) SFT-trained from scratch (`base`), then post-trained;
+  minutes on 2 CPU cores.
+- `micro`: the same pipeline in seconds, for CI.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dare_bench.errors import ConfigError
+
+ALGORITHMS = (
+    "baseline", "sft", "lora", "vrpo", "d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo",
+    "dtreerpo", "justgrpo", "espo",
+)
+BACKBONES = ("llada", "dream", "sdar", "llada2")
+TASKS = ("gsm8k", "math500", "humaneval", "mbpp", "countdown", "sudoku")
+REQUIRED_SCALES = ("paper", "tiny", "micro")
+SCALES = ("paper", "official", "tiny", "micro")
+
+Algorithm = Literal[
+    "baseline", "sft", "lora", "vrpo", "d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo",
+    "dtreerpo", "justgrpo", "espo",
+]
+Backbone = Literal["llada", "dream", "sdar", "llada2"]
+Task = Literal["gsm8k", "math500", "humaneval", "mbpp", "countdown", "sudoku"]
+ScaleName = Literal["paper", "official", "tiny", "micro"]
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+# HF commit ids of the real checkpoints are not known to this project yet (no hub access when the registry was
+# written); the literal below says so explicitly instead of pretending `main` is a pin.
+UNPINNED = "unpinned"
+
+
+class Strict(BaseModel):
+    """Base of every schema: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------------------- pieces
+
+
+class ModelRef(Strict):
+    """Which weights a scale starts from: a real checkpoint (paper/official) or a tiny preset (tiny/micro)."""
+
+    checkpoint: str | None = Field(None, description="Hugging Face repo id, e.g. GSAI-ML/LLaDA-8B-Instruct")
+    revision: str | None = Field(None, description=f"40-hex commit of the checkpoint, or {UNPINNED!r}")
+    preset: str | None = Field(None, description="tiny model preset (dare_bench.models.presets), e.g. tiny-llada")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelRef":
+        if (self.checkpoint is None) == (self.preset is None):
+            raise ValueError("set exactly one of `checkpoint` (real weights) or `preset` (tiny replica)")
+        if self.checkpoint is not None:
+            if self.revision is None:
+                raise ValueError(f"`checkpoint` needs a `revision` (a 40-hex commit, or {UNPINNED!r})")
+            if self.revision != UNPINNED and not _SHA.match(self.revision):
+                raise ValueError(f"`revision` must be a 40-hex commit id or {UNPINNED!r}, got {self.revision!r}")
+        elif self.revision is not None:
+            raise ValueError("`revision` only applies to a `checkpoint`")
+        return self
+
+
+class SamplerSettings(Strict):
+    """Decoding settings, used both for RL rollouts and for evaluation.
+
+    `name` identifies the pinned preset these settings come from (recorded with every evaluation). The numbers
+    are always explicit so a run record never depends on a preset table that may change later.
+    """
+
+    name: str | None = Field(None, description="preset id, e.g. dare-llada-math (recorded with evaluations)")
+    gen_length: int = Field(..., gt=0, description="completion tokens generated (max_new_tokens)")
+    steps: int = Field(..., gt=0, description="denoising steps (BDLM: per block)")
+    block_length: int | None = Field(None, gt=0, description="semi-AR block size; None = whole completion")
+    temperature: float = Field(0.0, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    remasking: str = Field("low_confidence", description="low_confidence | random | entropy | maskgit_plus | ...")
+    threshold: float | None = Field(None, gt=0, le=1, description="confidence threshold for parallel decoding")
+    cfg_scale: float = Field(0.0, ge=0)
+    extra: dict[str, Any] = Field(default_factory=dict, description="family-specific knobs, read by the sampler")
+
+    @model_validator(mode="after")
+    def _blocks_divide(self) -> "SamplerSettings":
+        if self.block_length is not None and self.gen_length % self.block_length:
+            raise ValueError(f"gen_length {self.gen_length} is not a multiple of block_length {self.block_length}")
+        return self
+
+
+class LoraSettings(Strict):
+    r: int = Field(..., gt=0)
+    alpha: float = Field(..., gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    quant_4bit: bool = False
+    target_modules: list[str] | None = None
+
+
+class BaseRecipe(Strict):
+    """SFT recipe of the shared tiny base model (tiny/micro scales): trained from scratch on the task once,
+    cached by its own hash, and reused by every algorithm of that backbone x task."""
+
+    steps: int = Field(..., gt=0)
+    lr: float = Field(..., gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    batch_size: int = Field(..., gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    checkpoint_every: int = Field(..., gt=0, description="dense checkpoints: the useful SFT window is short")
+    start_step: int = Field(..., gt=0, description="SFT checkpoint the post-training starts from")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _start_in_range(self) -> "BaseRecipe":
+        if self.start_step > self.steps:
+            raise ValueError(f"start_step {self.start_step} is after the last SFT step {self.steps}")
+        if self.start_step % self.checkpoint_every:
+            raise ValueError(f"start_step {self.start_step} is not a checkpoint (every {self.checkpoint_every})")
+        return self
+
+
+# ------------------------------------------------------------------------------------- algorithm knobs
+
+
+class NoKnobs(Strict):
+    """Algorithms without knobs beyond the common train settings."""
+
+
+class D1Knobs(Strict):
+    p_mask_prompt: float = Field(0.15, ge=0, lt=1, description="iid prompt masking of the one-step estimator")
+    random_masking: bool = Field(True, description="new mask seed per inner iteration (else seed 42)")
+
+
+class CoupledGrpoKnobs(Strict):
+    t_min: float = Field(0.2, gt=0, lt=1)
+    t_max: float = Field(0.8, gt=0, lt=1)
+    pairs: int = Field(1, gt=0, description="complementary mask pairs per sample (lambda)")
+
+
+class CjGrpoKnobs(Strict):
+    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
+    eos_gamma_min: float = Field(0.4, ge=0, le=1)
+    eos_gamma_max: float = Field(1.0, ge=0, le=1)
+
+
+class SpgKnobs(Strict):
+    variant: Literal["elbo", "eubo", "mixture"] = "mixture"
+    eubo_beta: float = Field(1.5, ge=1)
+    mix_weight: float = Field(0.5, ge=0, le=1)
+    num_t: int = Field(2, gt=0, description="independent block-wise masks per sequence per iteration")
+    mask_block_length: int = Field(32, gt=0)
+    p_mask_prompt: float = Field(0.15, ge=0, lt=1)
+
+
+class EbpoKnobs(Strict):
+    block_origin: Literal["global", "response"] = "global"
+
+
+class VrpoKnobs(Strict):
+    dpo_beta: float = Field(0.2, gt=0)
+    preference_data: str = "argilla/ultrafeedback-binarized-preferences-cleaned"
+
+
+class MdpoKnobs(Strict):
+    top_k_steps: int | None = Field(None, gt=0, description="train only on the K steps with largest |advantage|")
+    confidence_weighting: bool = True
+    std_normalise: bool = True
+
+
+class DtreerpoKnobs(Strict):
+    self_distillation: bool = True
+
+
+class JustGrpoKnobs(Strict):
+    position_chunk_size: int | None = Field(None, gt=0)
+
+
+class EspoKnobs(Strict):
+    reduce_var: bool = True
+    kl_estimator: Literal["k1", "k2", "k3"] = "k2"
+
+
+ALGORITHM_KNOBS: dict[str, type[Strict]] = {
+    "baseline": NoKnobs, "sft": NoKnobs, "lora": NoKnobs, "bgpo": NoKnobs,
+    "d1": D1Knobs, "coupled-grpo": CoupledGrpoKnobs, "cj-grpo": CjGrpoKnobs, "spg": SpgKnobs,
+    "ebpo": EbpoKnobs, "vrpo": VrpoKnobs, "mdpo": MdpoKnobs, "dtreerpo": DtreerpoKnobs,
+    "justgrpo": JustGrpoKnobs, "espo": EspoKnobs,
+}
+
+
+# ------------------------------------------------------------------------------------------ train / eval
+
+
+class TrainSettings(Strict):
+    """Post-training settings common to every algorithm; knobs of one algorithm go in `algorithm`.
+
+    `kind` says which trainer runs: none (baseline: evaluate the start model), sft, rl, preference.
+    Batch sizes are global (all ranks): `batch_prompts` prompts x `group_size` completions per step.
+    """
+
+    kind: Literal["none", "sft", "rl", "preference"]
+    lr: float | None = Field(None, gt=0)
+    lr_schedule: Literal["constant", "constant_with_warmup", "cosine", "cosine_with_min_lr", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    steps: int | None = Field(None, gt=0, description="optimizer steps; None = run `epochs` over the data")
+    epochs: float | None = Field(None, gt=0)
+    batch_prompts: int | None = Field(None, gt=0)
+    group_size: int | None = Field(None, gt=0, description="G completions per prompt")
+    mu: int = Field(1, gt=0, description="gradient steps per rollout batch (num_iterations / ppo epochs)")
+    beta_kl: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
+    clip_eps: float | None = Field(None, gt=0, description="PPO clip (epsilon_low)")
+    clip_eps_high: float | None = Field(None, gt=0, description="None = clip_eps")
+    clip_ratio_c: float | None = Field(None, gt=1, description="dual-clip cap for A<0 (verl)")
+    advantage: Literal["mean", "mean_std", "leave_one_out", "algorithm"] = "mean_std"
+    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    mc_samples: int = Field(1, gt=0, description="Monte-Carlo masks per sequence for the likelihood (mc_num)")
+    ref_sync_steps: int | None = Field(None, gt=0)
+    max_prompt_length: int | None = Field(None, gt=0)
+    lora: LoraSettings | None = None
+    rollout: SamplerSettings | None = None
+    data: list[str] = Field(default_factory=list, description="training sets (task-relative ids or files)")
+    gpus: int | None = Field(None, gt=0, description="GPUs of the published run (informational at tiny scale)")
+    checkpoint_every: int | None = Field(None, gt=0)
+    eval_every: int | None = Field(None, gt=0)
+    algorithm: dict[str, Any] = Field(default_factory=dict, description="algorithm knobs (see ALGORITHM_KNOBS)")
+
+    @model_validator(mode="after")
+    def _needed_for_kind(self) -> "TrainSettings":
+        if self.kind == "none":
+            return self
+        if self.lr is None:
+            raise ValueError(f"train.kind={self.kind} needs `lr`")
+        if self.steps is None and self.epochs is None:
+            raise ValueError(f"train.kind={self.kind} needs `steps` or `epochs`")
+        if self.kind == "rl":
+            missing = [k for k in ("batch_prompts", "group_size", "rollout") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"train.kind=rl needs {', '.join(missing)}")
+        return self
+
+
+class EvalSettings(Strict):
+    split: str = "test"
+    limit: int | None = Field(None, gt=0, description="first N items of the split; None = all")
+    batch_size: int = Field(16, gt=0)
+    repeats: int = Field(1, gt=0, description="samples per item (pass@k / averaging)")
+    metric: str = Field("accuracy", description="primary metric written to the store")
+    checkpoint: Literal["last", "best"] = "last"
+    sampler: SamplerSettings
+
+
+class ScaleProfile(Strict):
+    """Everything a run at one scale needs: start model, (tiny) SFT base, post-training, evaluation, seeds."""
+
+    description: str | None = None
+    hardware: str | None = Field(None, description="what the published run used, e.g. 8xA100-80GB")
+    model: ModelRef
+    base: BaseRecipe | None = None
+    train: TrainSettings
+    eval: EvalSettings
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+
+# ---------------------------------------------------------------------------------------- reported scores
+
+
+class Source(Strict):
+    kind: Literal["paper", "repo"]
+    ref: str = Field(..., description="arXiv id / paper title, or owner/repo")
+    table: str | None = Field(None, description="table or section as the source names it")
+    file: str | None = Field(None, description="file in the repo (kind=repo)")
+    commit: str | None = Field(None, description="repo snapshot the number was read from")
+
+    @model_validator(mode="after")
+    def _located(self) -> "Source":
+        if self.kind == "paper" and not self.table:
+            raise ValueError("a paper source needs `table`")
+        if self.kind == "repo" and not self.file:
+            raise ValueError("a repo source needs `file`")
+        return self
+
+    def cite(self) -> str:
+        where = self.file if self.kind == "repo" else None
+        parts = [self.ref + (f"@{self.commit}" if self.commit else "")]
+        parts += [p for p in (where, self.table) if p]
+        return ", ".join(parts)
+
+
+class ReportedScore(Strict):
+    value: float
+    metric: str
+    source: Source
+    table: str = Field(..., description="which comparison the number belongs to; rows of different tables never mix")
+    settings: dict[str, Any] = Field(default_factory=dict, description="evaluation settings stated by the source")
+    note: str | None = None
+
+
+# --------------------------------------------------------------------------------------------- the spec
+
+
+class ReproductionSpec(Strict):
+    name: str
+    algorithm: Algorithm
+    backbone: Backbone
+    task: Task
+    paper_ref: str
+    grader: str = "dare"
+    description: str | None = None
+    scales: dict[ScaleName, ScaleProfile]
+    reported: list[ReportedScore] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ReproductionSpec":
+        expected = f"{self.algorithm}-{self.backbone}-{self.task}"
+        if self.name != expected:
+            raise ValueError(f"name {self.name!r} must be <algorithm>-<backbone>-<task> = {expected!r}")
+        missing = [s for s in REQUIRED_SCALES if s not in self.scales]
+        if missing:
+            raise ValueError(f"missing scale(s): {', '.join(missing)}")
+        knobs = ALGORITHM_KNOBS[self.algorithm]
+        for scale, prof in self.scales.items():
+            if scale in ("paper", "official") and prof.model.checkpoint is None:
+                raise ValueError(f"scale {scale} must start from a real `model.checkpoint`")
+            if scale in ("tiny", "micro"):
+                if prof.model.preset is None:
+                    raise ValueError(f"scale {scale} must use a tiny `model.preset`")
+                if prof.base is None:
+                    raise ValueError(f"scale {scale} needs `base` (the tiny SFT recipe)")
+            try:
+                knobs.model_validate(prof.train.algorithm)
+            except ValidationError as exc:
+                raise ValueError(f"scales.{scale}.train.algorithm ({self.algorithm} knobs): {_first_error(exc)}")
+        seen: set[tuple] = set()
+        for r in self.reported:
+            key = (r.table, r.metric, json.dumps(r.settings, sort_keys=True))
+            if key in seen:
+                raise ValueError(f"two reported scores for table {r.table!r}, metric {r.metric!r}, same settings")
+            seen.add(key)
+        return self
+
+    def resolve(self, scale: str, overrides: list[str] | tuple[str, ...] = ()) -> "RunConfig":
+        if scale not in self.scales:
+            hint = _suggest(scale, self.scales)
+            raise ConfigError(f"{self.name} has no scale {scale!r}{hint} (scales: {', '.join(self.scales)})")
+        pinned = RunConfig(
+            reproduction=self.name, algorithm=self.algorithm, backbone=self.backbone, task=self.task,
+            grader=self.grader, scale=scale, profile=self.scales[scale].model_copy(deep=True),
+        )
+        return pinned.apply_overrides(overrides) if overrides else pinned
+
+    def knobs(self, scale: str) -> Strict:
+        """The typed algorithm knobs of a scale (defaults filled in)."""
+        return ALGORITHM_KNOBS[self.algorithm].model_validate(self.scales[scale].train.algorithm)
+
+
+# --------------------------------------------------------------------------------------------- run config
+
+# Fields that document a config without changing what runs; left out of the content hash.
+NON_SEMANTIC = {"description", "hardware", "overrides", "modified", "pinned_hash"}
+
+
+class RunConfig(Strict):
+    """A reproduction resolved at one scale (+ overrides): what the pipeline runs and the store records."""
+
+    reproduction: str
+    algorithm: Algorithm
+    backbone: Backbone
+    task: Task
+    grader: str
+    scale: ScaleName
+    profile: ScaleProfile
+    overrides: list[str] = Field(default_factory=list)
+    pinned_hash: str | None = Field(None, description="hash before overrides; set when overrides were applied")
+
+    @property
+    def modified(self) -> bool:
+        """True when overrides changed the pinned config: such runs never count as faithful reproductions."""
+        return self.pinned_hash is not None and self.pinned_hash != self.content_hash
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(canonical_json(self.semantic_dict()).encode()).hexdigest()
+
+    def semantic_dict(self) -> dict[str, Any]:
+        return _strip(self.model_dump(mode="json"), NON_SEMANTIC)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json")
+        d["content_hash"] = self.content_hash
+        d["modified"] = self.modified
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        d = {k: v for k, v in d.items() if k not in ("content_hash", "modified")}
+        try:
+            return cls.model_validate(d)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid run config: {_first_error(exc)}") from None
+
+    def apply_overrides(self, overrides: list[str] | tuple[str, ...]) -> "RunConfig":
+        """Return a copy with `dotted.key=value` overrides applied to the profile, type-checked.
+
+        Keys are relative to the scale profile (`train.lr=1e-5`, `eval.limit=32`, `seeds=[0,1]`,
+        `train.algorithm.p_mask_prompt=0.1`). Values are parsed as YAML (`null`, lists, numbers).
+        """
+        data = self.profile.model_dump(mode="python")
+        for item in overrides:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigError(f"override {item!r} is not key=value")
+            _set_path(self.profile, data, key.split("."), raw, item, self.algorithm)
+        try:
+            profile = ScaleProfile.model_validate(data)
+            ALGORITHM_KNOBS[self.algorithm].model_validate(profile.train.algorithm)
+        except ValidationError as exc:
+            raise ConfigError(f"overrides {list(overrides)} give an invalid config: {_first_error(exc)}") from None
+        return self.model_copy(update={
+            "profile": profile,
+            "overrides": [*self.overrides, *overrides],
+            "pinned_hash": self.pinned_hash or self.content_hash,
+        })
+
+
+def _set_path(model: Any, data: dict, parts: list[str], raw: str, item: str, algorithm: str) -> None:
+    node_model: Any = model
+    node = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        where = ".".join(parts[: i + 1])
+        if isinstance(node_model, BaseModel):
+            fields = type(node_model).model_fields
+            if part not in fields:
+                raise ConfigError(f"override {item!r}: unknown key {where!r}{_suggest(part, fields)}")
+            child_model = getattr(node_model, part)
+        elif isinstance(node, dict):
+            if where.startswith("train.algorithm.") and i == 2:
+                knob_fields = ALGORITHM_KNOBS[algorithm].model_fields
+                if part not in knob_fields:
+                    known = ", ".join(knob_fields) or "none"
+                    raise ConfigError(
+                        f"override {item!r}: {algorithm} has no knob {part!r}{_suggest(part, knob_fields)} "
+                        f"(knobs: {known})"
+                    )
+            child_model = node.get(part) if isinstance(node, dict) else None
+        else:
+            raise ConfigError(f"override {item!r}: {'.'.join(parts[:i])!r} is a value, not a section")
+        if last:
+            node[part] = _parse_value(raw)
+            return
+        if node.get(part) is None:
+            raise ConfigError(f"override {item!r}: section {where!r} is not set at this scale")
+        node_model, node = child_model, node[part]
+
+
+def _parse_value(raw: str) -> Any:
+    raw = raw.strip()
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        return raw
+    # YAML 1.1 reads "1e-5" as a string; numbers in scientific notation are common in overrides.
+    if isinstance(value, str):
+        try:
+            return float(value) if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value) else value
+        except ValueError:
+            return value
+    return value
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _strip(obj: Any, keys: set[str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [_strip(v, keys) for v in obj]
+    return obj
+
+
+def _suggest(word: str, options: Any) -> str:
+    hits = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return f" (did you mean {hits[0]!r}?)" if hits else ""
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}" if loc else err["msg"]
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key; anything else in `over` replaces `base` (lists are not concatenated)."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = deep_merge(base[k], v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(over)

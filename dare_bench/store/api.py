@@ -1,0 +1,453 @@
+"""The results store's repository API: the only code that writes runs, metrics, evaluations and reported scores.
+
+    from dare_bench.store import Store
+    store = Store()                                   # --db / DARE_BENCH_DB / $DARE_BENCH_HOME/results.db
+    with store.run(run_config, seed=0) as run_id:     # fail_run on any exception
+        store.log_metrics(run_id, step, {"reward_mean": .5, "loss": .1, "stage_seconds": {"rollout": 1.2}})
+        store.finish_run(run_id, evaluations=[evaluation_record])   # status + final evaluations, one transaction
+
+Every public write is one short transaction (BEGIN IMMEDIATE on SQLite). A run becomes "finished" only in the
+transaction that writes its final evaluations, so a process killed at any point leaves the run "running" (or
+"failed"), never finished with missing rows. `mark_orphans_failed` turns runs whose process died on this host
+into failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from dare_bench.errors import StoreError
+from dare_bench.store import environment
+from dare_bench.store.engine import open_database, resolve_url
+from dare_bench.store.models import Evaluation, ReportedScoreRow, Run, Sample, StepMetric
+from dare_bench.store.records import EvaluationRecord, ResultFile, RunRecord, new_uid, read_result_file, utcnow
+
+METRIC_COLUMNS = ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_per_forward", "peak_memory_mb")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _aware(dt: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything the store writes is UTC.
+    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
+
+
+class Store:
+    def __init__(self, url: str | None = None):
+        self.url = resolve_url(url)
+        self.engine = open_database(self.url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Session]:
+        """One transaction: committed on success, rolled back on any error (nothing half-written)."""
+        session = self._sessions()
+        try:
+            with session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database write failed ({self.url}): {getattr(exc, 'orig', exc)}") from exc
+        finally:
+            session.close()
+
+    # ------------------------------------------------------------------------------------------ runs
+
+    def start_run(
+        self,
+        config: Any,
+        *,
+        seed: int,
+        uid: str | None = None,
+        code_version: str | None = None,
+        packages: dict[str, str] | None = None,
+        hardware: dict[str, Any] | None = None,
+    ) -> int:
+        """Record a new run as "running"; `config` is a RunConfig (or its `to_dict()`). Returns the run id."""
+        cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        for key in ("reproduction", "algorithm", "backbone", "task", "scale", "content_hash"):
+            if key not in cfg:
+                raise StoreError(f"start_run: config lacks {key!r} (pass a dare_bench.config.RunConfig)")
+        run = Run(
+            uid=uid or new_uid(), reproduction=cfg["reproduction"], algorithm=cfg["algorithm"],
+            backbone=cfg["backbone"], task=cfg["task"], scale=cfg["scale"], config_json=_dumps(cfg),
+            config_hash=cfg["content_hash"], modified=bool(cfg.get("modified", False)),
+            overrides_json=_dumps(cfg.get("overrides", [])), seed=int(seed),
+            code_version=code_version or environment.code_version(),
+            packages_json=_dumps(packages if packages is not None else environment.package_versions()),
+            hardware_json=_dumps(hardware if hardware is not None else environment.hardware()),
+            status="running", host=socket.gethostname(), pid=os.getpid(), started_at=utcnow(), origin="local",
+        )
+        with self._tx() as s:
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def log_metrics(self, run_id: int, step: int, metrics: dict[str, Any]) -> None:
+        """Write (or replace, on resume) the metrics of one step.
+
+        Known keys go to columns (`METRIC_COLUMNS`); `stage_seconds` is a {stage: seconds} mapping; any other
+        numeric key is kept in `extra`.
+        """
+        row = _metric_row(step, metrics)
+        with self._tx() as s:
+            run = self._running(s, run_id, "log_metrics")
+            s.execute(delete(StepMetric).where(StepMetric.run_id == run.id, StepMetric.step == step))
+            row.run_id = run.id
+            s.add(row)
+
+    def add_evaluation(self, run_id: int, evaluation: EvaluationRecord | dict[str, Any]) -> int:
+        """An evaluation of a running run (e.g. a periodic eval); final ones go through `finish_run`."""
+        ev = _as_evaluation(evaluation)
+        with self._tx() as s:
+            run = self._get(s, run_id)
+            if run.status == "failed":
+                raise StoreError(f"run {run_id} failed; it takes no more evaluations")
+            return _insert_evaluation(s, run, ev).id
+
+    def finish_run(self, run_id: int, evaluations: Iterable[EvaluationRecord | dict[str, Any]] = ()) -> None:
+        """Mark the run finished in the same transaction that writes its final evaluations."""
+        evs = [_as_evaluation(e) for e in evaluations]
+        with self._tx() as s:
+            run = self._running(s, run_id, "finish_run")
+            for ev in evs:
+                _insert_evaluation(s, run, ev)
+            run.status = "finished"
+            run.finished_at = utcnow()
+            run.duration_s = (run.finished_at - _aware(run.started_at)).total_seconds()
+
+    def fail_run(self, run_id: int, error: str) -> None:
+        with self._tx() as s:
+            run = self._get(s, run_id)
+            if run.status == "finished":
+                return  # a late failure (e.g. in cleanup) does not undo a recorded result
+            run.status = "failed"
+            run.error = error[-4000:]
+            run.finished_at = utcnow()
+            run.duration_s = (run.finished_at - _aware(run.started_at)).total_seconds()
+
+    @contextlib.contextmanager
+    def run(self, config: Any, *, seed: int, **kwargs: Any) -> Iterator[int]:
+        """`start_run` as a context: an exception (or leaving without `finish_run`) marks the run failed."""
+        run_id = self.start_run(config, seed=seed, **kwargs)
+        try:
+            yield run_id
+        except BaseException as exc:
+            self.fail_run(run_id, f"{type(exc).__name__}: {exc}")
+            raise
+        if self.get_run(run_id)["status"] == "running":
+            self.fail_run(run_id, "the run's block ended without finish_run")
+
+    def mark_orphans_failed(self) -> int:
+        """Runs left "running" by a process of this host that no longer exists become failed. Returns count."""
+        host = socket.gethostname()
+        with self._tx() as s:
+            runs = s.scalars(select(Run).where(Run.status == "running", Run.host == host)).all()
+            n = 0
+            for run in runs:
+                if run.pid is not None and not _alive(run.pid):
+                    run.status, run.error, run.finished_at = "failed", "process ended without finishing", utcnow()
+                    n += 1
+            return n
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def get_run(self, run_id: int) -> dict[str, Any]:
+        with self._sessions() as s:
+            return _run_dict(self._get(s, run_id))
+
+    def latest_runs(
+        self, *, reproduction: str | None = None, scale: str | None = None, status: str | None = None,
+        limit: int | None = 50,
+    ) -> list[dict[str, Any]]:
+        q = select(Run).order_by(Run.id.desc())
+        if reproduction:
+            q = q.where(Run.reproduction == reproduction)
+        if scale:
+            q = q.where(Run.scale == scale)
+        if status:
+            q = q.where(Run.status == status)
+        if limit:
+            q = q.limit(limit)
+        with self._sessions() as s:
+            runs = s.scalars(q).all()
+            out = []
+            for run in runs:
+                d = _run_dict(run)
+                d["evaluations"] = [_eval_dict(e) for e in run.evaluations]
+                out.append(d)
+            return out
+
+    def metrics(self, run_id: int) -> list[dict[str, Any]]:
+        with self._sessions() as s:
+            rows = s.scalars(select(StepMetric).where(StepMetric.run_id == run_id).order_by(StepMetric.step)).all()
+            return [_metric_dict(m) for m in rows]
+
+    def evaluations(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        q = select(Evaluation).order_by(Evaluation.id)
+        if run_id is not None:
+            q = q.where(Evaluation.run_id == run_id)
+        with self._sessions() as s:
+            return [_eval_dict(e) for e in s.scalars(q).all()]
+
+    def samples(self, evaluation_id: int) -> list[dict[str, Any]]:
+        with self._sessions() as s:
+            rows = s.scalars(select(Sample).where(Sample.evaluation_id == evaluation_id).order_by(Sample.idx)).all()
+            return [
+                {"idx": r.idx, "item_id": r.item_id, "prompt": r.prompt, "completion": r.completion,
+                 "reference": r.reference, "score": r.score, "correct": r.correct, "extra": json.loads(r.extra_json)}
+                for r in rows
+            ]
+
+    # ---------------------------------------------------------------------------------- reported scores
+
+    def sync_reported(self, specs: Iterable[Any]) -> int:
+        """Replace the reported scores with those of `specs` (ReproductionSpec objects), in one transaction."""
+        rows = []
+        for spec in specs:
+            for r in spec.reported:
+                rows.append(ReportedScoreRow(
+                    reproduction=spec.name, algorithm=spec.algorithm, backbone=spec.backbone, task=spec.task,
+                    table_id=r.table, metric=r.metric, value=r.value, source_kind=r.source.kind,
+                    source_ref=r.source.ref, source_table=r.source.table, source_file=r.source.file,
+                    source_commit=r.source.commit, settings_json=_dumps(r.settings), note=r.note,
+                ))
+        with self._tx() as s:
+            s.execute(delete(ReportedScoreRow))
+            s.add_all(rows)
+        return len(rows)
+
+    def reported(self, reproduction: str | None = None) -> list[dict[str, Any]]:
+        q = select(ReportedScoreRow).order_by(ReportedScoreRow.reproduction, ReportedScoreRow.id)
+        if reproduction:
+            q = q.where(ReportedScoreRow.reproduction == reproduction)
+        with self._sessions() as s:
+            return [
+                {"reproduction": r.reproduction, "algorithm": r.algorithm, "backbone": r.backbone, "task": r.task,
+                 "table": r.table_id, "metric": r.metric, "value": r.value,
+                 "source": {"kind": r.source_kind, "ref": r.source_ref, "table": r.source_table,
+                            "file": r.source_file, "commit": r.source_commit},
+                 "settings": json.loads(r.settings_json), "note": r.note}
+                for r in s.scalars(q).all()
+            ]
+
+    # ------------------------------------------------------------------------------------------ ingest
+
+    def ingest(self, path: str | Path) -> dict[str, int]:
+        """Load result files (a file, or every *.json under a directory) in one transaction.
+
+        Every file is validated before anything is written: one corrupt file means nothing is ingested.
+        Runs and evaluations already present (same uid) are skipped, so re-ingesting is a no-op.
+        """
+        path = Path(path)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+        elif path.is_file():
+            files = [path]
+        else:
+            from dare_bench.errors import DataError
+
+            raise DataError(f"{path}: no such file or directory")
+        parsed = [(f, read_result_file(f)) for f in files]
+        counts = {"files": len(files), "runs": 0, "evaluations": 0, "metrics": 0, "skipped_evaluations": 0}
+        with self._tx() as s:
+            for _f, result in parsed:
+                _ingest_one(s, result, counts)
+        return counts
+
+    def export_rows(self) -> list[dict[str, Any]]:
+        """One flat row per evaluation joined with its run: what `dare-bench export` writes."""
+        with self._sessions() as s:
+            rows = []
+            for ev in s.scalars(select(Evaluation).order_by(Evaluation.id)).all():
+                run = ev.run
+                rows.append({
+                    "run_id": run.id, "run_uid": run.uid, "reproduction": run.reproduction,
+                    "algorithm": run.algorithm, "backbone": run.backbone, "task": ev.task, "scale": run.scale,
+                    "seed": run.seed, "status": run.status, "modified": run.modified,
+                    "config_hash": run.config_hash, "code_version": run.code_version,
+                    "evaluation_id": ev.id, "split": ev.split, "data_fingerprint": ev.data_fingerprint,
+                    "sampler_preset": ev.sampler_preset, "step": ev.step, "checkpoint": ev.checkpoint,
+                    "metric": ev.primary_metric, "value": ev.primary_value, "n_items": ev.n_items,
+                    "metrics": json.loads(ev.metrics_json), "created_at": _aware(ev.created_at).isoformat(),
+                })
+            return rows
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _get(s: Session, run_id: int) -> Run:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise StoreError(f"no run with id {run_id}")
+        return run
+
+    def _running(self, s: Session, run_id: int, what: str) -> Run:
+        run = self._get(s, run_id)
+        if run.status != "running":
+            raise StoreError(f"{what}: run {run_id} is {run.status}, not running")
+        return run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _num(key: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)  # numpy / torch scalars
+        except (TypeError, ValueError):
+            raise StoreError(f"metric {key!r} must be a number, got {type(value).__name__}") from None
+    value = float(value)
+    # NaN/inf are information (a diverged loss) but not storable in every backend; kept as text in extra.
+    return value if math.isfinite(value) else None
+
+
+def _metric_row(step: int, metrics: dict[str, Any]) -> StepMetric:
+    if not isinstance(step, int) or step < 0:
+        raise StoreError(f"step must be a non-negative int, got {step!r}")
+    cols: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    stages: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key == "stage_seconds":
+            if not isinstance(value, dict):
+                raise StoreError("metric 'stage_seconds' must be a {stage: seconds} mapping")
+            stages = {str(k): _num(f"stage_seconds.{k}", v) for k, v in value.items()}
+        elif key in METRIC_COLUMNS:
+            cols[key] = _num(key, value)
+            if cols[key] is None and value is not None:
+                extra[f"{key}_nonfinite"] = str(value)
+        else:
+            v = _num(key, value)
+            extra[key] = v if v is not None or value is None else str(value)
+    return StepMetric(step=step, stage_seconds_json=_dumps(stages), extra_json=_dumps(extra), logged_at=utcnow(), **cols)
+
+
+def _as_evaluation(ev: EvaluationRecord | dict[str, Any]) -> EvaluationRecord:
+    if isinstance(ev, EvaluationRecord):
+        return ev
+    from pydantic import ValidationError
+
+    try:
+        return EvaluationRecord.model_validate(ev)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise StoreError(f"invalid evaluation at {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _insert_evaluation(s: Session, run: Run, ev: EvaluationRecord) -> Evaluation:
+    row = Evaluation(
+        uid=ev.uid, run_id=run.id, task=ev.task, split=ev.split, data_fingerprint=ev.data_fingerprint,
+        sampler_preset=ev.sampler_preset, sampler_json=_dumps(ev.sampler), metrics_json=_dumps(ev.metrics),
+        primary_metric=ev.primary_metric, primary_value=ev.metrics[ev.primary_metric], n_items=ev.n_items or 0,
+        checkpoint=ev.checkpoint, step=ev.step, created_at=utcnow(),
+    )
+    s.add(row)
+    s.flush()
+    s.add_all(
+        Sample(evaluation_id=row.id, idx=x.idx, item_id=x.item_id, prompt=x.prompt, completion=x.completion,
+               reference=x.reference, score=x.score, correct=x.correct, extra_json=_dumps(x.extra))
+        for x in ev.samples
+    )
+    return row
+
+
+def _ingest_one(s: Session, result: ResultFile, counts: dict[str, int]) -> None:
+    rec: RunRecord = result.run
+    run = s.scalars(select(Run).where(Run.uid == rec.uid)).one_or_none()
+    if run is None:
+        finished = rec.finished_at or (utcnow() if rec.status != "running" else None)
+        run = Run(
+            uid=rec.uid, reproduction=rec.reproduction, algorithm=rec.algorithm, backbone=rec.backbone,
+            task=rec.task, scale=rec.scale, config_json=_dumps(rec.config), config_hash=rec.config_hash,
+            modified=rec.modified, overrides_json=_dumps(rec.overrides), seed=rec.seed,
+            code_version=rec.code_version, packages_json=_dumps(rec.packages), hardware_json=_dumps(rec.hardware),
+            status=rec.status, error=rec.error, host=rec.host, pid=rec.pid, started_at=rec.started_at,
+            finished_at=finished, duration_s=(finished - rec.started_at).total_seconds() if finished else None,
+            origin="ingest",
+        )
+        s.add(run)
+        s.flush()
+        counts["runs"] += 1
+    elif run.status == "running" and rec.status != "running":
+        # The file is the outcome of a run the database saw start (e.g. a fanned-out final evaluation).
+        run.status, run.error = rec.status, rec.error
+        run.finished_at = rec.finished_at or utcnow()
+        run.duration_s = (_aware(run.finished_at) - _aware(run.started_at)).total_seconds()
+    existing_steps = set(s.scalars(select(StepMetric.step).where(StepMetric.run_id == run.id)))
+    for m in result.metrics:
+        if m.step in existing_steps:
+            continue
+        row = _metric_row(m.step, m.values)
+        row.run_id = run.id
+        s.add(row)
+        existing_steps.add(m.step)
+        counts["metrics"] += 1
+    for ev in result.evaluations:
+        if s.scalars(select(Evaluation.id).where(Evaluation.uid == ev.uid)).first() is not None:
+            counts["skipped_evaluations"] += 1
+            continue
+        _insert_evaluation(s, run, ev)
+        counts["evaluations"] += 1
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id, "uid": run.uid, "reproduction": run.reproduction, "algorithm": run.algorithm,
+        "backbone": run.backbone, "task": run.task, "scale": run.scale, "config": json.loads(run.config_json),
+        "config_hash": run.config_hash, "modified": run.modified, "overrides": json.loads(run.overrides_json),
+        "seed": run.seed, "code_version": run.code_version, "packages": json.loads(run.packages_json),
+        "hardware": json.loads(run.hardware_json), "status": run.status, "error": run.error, "host": run.host,
+        "pid": run.pid, "origin": run.origin, "started_at": _aware(run.started_at).isoformat(),
+        "finished_at": _aware(run.finished_at).isoformat() if run.finished_at else None,
+        "duration_s": run.duration_s,
+    }
+
+
+def _eval_dict(e: Evaluation) -> dict[str, Any]:
+    return {
+        "id": e.id, "uid": e.uid, "run_id": e.run_id, "task": e.task, "split": e.split,
+        "data_fingerprint": e.data_fingerprint, "sampler_preset": e.sampler_preset,
+        "sampler": json.loads(e.sampler_json), "metrics": json.loads(e.metrics_json),
+        "primary_metric": e.primary_metric, "value": e.primary_value, "n_items": e.n_items,
+        "checkpoint": e.checkpoint, "step": e.step, "created_at": _aware(e.created_at).isoformat(),
+    }
+
+
+def _metric_dict(m: StepMetric) -> dict[str, Any]:
+    d = {"step": m.step, **{c: getattr(m, c) for c in METRIC_COLUMNS}}
+    d["stage_seconds"] = json.loads(m.stage_seconds_json)
+    d["extra"] = json.loads(m.extra_json)
+    return d

@@ -1,0 +1,78 @@
+"""What a run record captures about where it ran: code version, package versions, hardware."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+TRACKED_PACKAGES = (
+    "torch", "transformers", "tokenizers", "safetensors", "peft", "accelerate", "datasets", "numpy",
+    "flash-attn", "opencompass", "sqlalchemy", "pydantic", "dare-bench",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """`git describe` of the checkout dare_bench runs from (with -dirty), else the package version."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / ".git").exists():
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(root), "describe", "--always", "--dirty", "--tags"],
+                capture_output=True, text=True, timeout=10, check=True,
+            )
+            if out.stdout.strip():
+                return f"git:{out.stdout.strip()}"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    from dare_bench import __version__
+
+    return f"dare-bench=={__version__}"
+
+
+def package_versions() -> dict[str, str]:
+    found = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    found["python"] = platform.python_version()
+    return found
+
+
+def hardware() -> dict:
+    info: dict = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        info["cpu_affinity"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    # Only ask torch when the caller already imported it: importing torch here would cost seconds.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -1,0 +1,1 @@
+"""Migration scripts, oldest first (0001, 0002, ...)."""

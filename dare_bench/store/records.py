@@ -1,0 +1,143 @@
+"""Plain records exchanged with the store: evaluation results (with per-sample rows) and result files.
+
+Evaluation jobs that run apart from the database (fan-out over a cluster) write one JSON result file each with
+`write_result_file`; `dare-bench ingest PATH` loads them later in one transaction, so no job ever writes the
+database over a network filesystem. Files are written atomically and carry stable ids (run uid, evaluation uid),
+so re-ingesting a file adds nothing.
+
+    from dare_bench.store import EvaluationRecord, SampleRecord, write_result_file
+    ev = EvaluationRecord(task="sudoku", split="test", data_fingerprint="sha256:...", sampler_preset="tiny-sudoku",
+                          sampler={...}, metrics={"accuracy": 0.23}, primary_metric="accuracy",
+                          samples=[SampleRecord(idx=0, completion="...", score=1.0, correct=True)])
+    write_result_file("results/job-17.json", config=run_config, seed=0, evaluations=[ev])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dare_bench.errors import DataError
+
+RESULT_FORMAT = "dare-bench-result"
+RESULT_VERSION = 1
+
+
+def new_uid() -> str:
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SampleRecord(_Record):
+    idx: int = Field(..., ge=0)
+    item_id: str | None = None
+    prompt: str | None = None
+    completion: str
+    reference: str | None = None
+    score: float
+    correct: bool | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvaluationRecord(_Record):
+    uid: str = Field(default_factory=new_uid)
+    task: str
+    split: str
+    data_fingerprint: str = Field(..., min_length=1, description="hash of the exact items evaluated")
+    sampler_preset: str | None = None
+    sampler: dict[str, Any] = Field(default_factory=dict, description="resolved decoding settings")
+    metrics: dict[str, float]
+    primary_metric: str
+    n_items: int | None = Field(None, ge=0, description="defaults to len(samples)")
+    checkpoint: str | None = None
+    step: int | None = None
+    samples: list[SampleRecord] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> "EvaluationRecord":
+        if self.primary_metric not in self.metrics:
+            raise ValueError(f"primary_metric {self.primary_metric!r} is not in metrics {sorted(self.metrics)}")
+        if not all(math.isfinite(v) for v in self.metrics.values()):
+            raise ValueError("metrics must be finite numbers")
+        idx = [s.idx for s in self.samples]
+        if len(set(idx)) != len(idx):
+            raise ValueError("sample idx values repeat")
+        if self.n_items is None:
+            self.n_items = len(self.samples)
+        return self
+
+
+class MetricRecord(_Record):
+    step: int = Field(..., ge=0)
+    values: dict[str, Any]
+
+
+class RunRecord(_Record):
+    uid: str = Field(default_factory=new_uid)
+    reproduction: str
+    algorithm: str
+    backbone: str
+    task: str
+    scale: str
+    config: dict[str, Any]
+    config_hash: str = Field(..., min_length=64, max_length=64)
+    modified: bool = False
+    overrides: list[str] = Field(default_factory=list)
+    seed: int
+    code_version: str
+    packages: dict[str, str] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["running", "finished", "failed"] = "finished"
+    error: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+    @field_validator("started_at", "finished_at")
+    @classmethod
+    def _aware(cls, v: datetime | None) -> datetime | None:
+        return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+
+
+class ResultFile(_Record):
+    format: Literal["dare-bench-result"] = RESULT_FORMAT
+    version: Literal[1] = RESULT_VERSION
+    run: RunRecord
+    metrics: list[MetricRecord] = Field(default_factory=list)
+    evaluations: list[EvaluationRecord] = Field(default_factory=list)
+
+
+def read_result_file(path: str | Path) -> ResultFile:
+    """Parse and validate one result file; any defect raises DataError naming the file."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read result file: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    if not isinstance(raw, dict) or raw.get("format") != RESULT_FORMAT:
+        raise DataError(f"{path}: not a dare-bench result file (missing \"format\": \"{RESULT_FORMAT}\")")
+    if raw.get("version") != RESULT_VERSION:
+        raise DataError(f"{path}: result file version {raw.get('version')!r} is not supported (expected 1)")
+    try:
+        return ResultFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise DataError(f"{path}: invalid result file at {loc}: {err['msg']}{more}") from None
