@@ -19,10 +19,12 @@ Library module (no command line); exercised by `pytest tests/models/test_block_d
 
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from dare_bench.errors import DareBenchError
 from dare_bench.models.layers import block_causal_mask
@@ -274,3 +276,26 @@ def resolve_attention(
     if mask.dtype == torch.bool and bool(mask.all()):
         mask = None
     return position_ids, mask
+
+
+def full_attention_mask(q_len: int, k_len: int | None = None, device=None) -> torch.Tensor:
+    """Bool `[1, 1, q_len, k_len]` of all True: fully bidirectional attention (LLaDA2's official no-mask call)."""
+    return torch.ones(1, 1, q_len, q_len if k_len is None else k_len, dtype=torch.bool, device=device)
+
+
+@contextlib.contextmanager
+def skip_init_on_meta() -> Iterator[None]:
+    """Skip nn.Linear / nn.Embedding random init while building on the meta device (nothing to initialise there).
+
+    Building the real MoE configs (15-18 k expert matrices) on meta otherwise spends half its time in kaiming_uniform_.
+    On a real device this does nothing: the usual init runs.
+    """
+    if torch.empty(0).device.type != "meta":
+        yield
+        return
+    saved = nn.Linear.reset_parameters, nn.Embedding.reset_parameters
+    nn.Linear.reset_parameters = nn.Embedding.reset_parameters = lambda self: None
+    try:
+        yield
+    finally:
+        nn.Linear.reset_parameters, nn.Embedding.reset_parameters = saved

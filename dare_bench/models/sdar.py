@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
-from dare_bench.models.block import resolve_attention
+from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.layers import SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.presets import register_preset
 
@@ -163,8 +163,9 @@ class SDARForCausalLM(DiffusionLM):
         if cfg.get("rope_scaling"):
             raise NotImplementedError(f"SDAR with rope_scaling {cfg['rope_scaling']!r} is not implemented "
                                       "(every released SDAR config has rope_scaling null)")
-        self.model = SDARInner(cfg)
-        self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+        with skip_init_on_meta():
+            self.model = SDARInner(cfg)
+            self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
         if cfg.get("tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.head_dim = self.model.layers[0].self_attn.head_dim if len(self.model.layers) else 0
