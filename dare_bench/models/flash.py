@@ -65,6 +65,12 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise DareBenchError(f"flash_attn backend needs float16/bfloat16 activations, got {q.dtype}; "
                              "load the model with dtype='bfloat16' or use 'sdpa'")
+    return varlen_attention(fa, q, k, v, mask, scale)
+
+
+def varlen_attention(fa, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                     scale: float | None = None) -> torch.Tensor:
+    """The packing around `fa.flash_attn_func` / `fa.flash_attn_varlen_func` (`fa` = the flash_attn module)."""
     b, h, lq, d = q.shape
     lk = k.shape[2]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, L, H, D] as flash-attn wants

@@ -217,6 +217,54 @@ def test_flash_grouping_reproduces_masked_attention(kind):
     assert (out - ref).abs().max() <= 1e-12
 
 
+class _FakeFlash:
+    """flash_attn's two entry points emulated with sdpa on CPU, to check flash.py's packing and unpacking."""
+
+    @staticmethod
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=softmax_scale, enable_gqa=True)
+        return out.transpose(1, 2)
+
+    @staticmethod
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False):
+        assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == torch.int32 and not causal
+        assert max_seqlen_q == int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        outs = []
+        for i in range(len(cu_seqlens_q) - 1):
+            qs = q[cu_seqlens_q[i]:cu_seqlens_q[i + 1]].transpose(0, 1)
+            ks = k[cu_seqlens_k[i]:cu_seqlens_k[i + 1]].transpose(0, 1)
+            vs = v[cu_seqlens_k[i]:cu_seqlens_k[i + 1]].transpose(0, 1)
+            outs.append(torch.nn.functional.scaled_dot_product_attention(
+                qs, ks, vs, scale=softmax_scale, enable_gqa=True).transpose(0, 1))
+        return torch.cat(outs)
+
+
+@pytest.mark.parametrize("kind", [None, "key_padding", "query_key_padding", "packed", "block_causal", "random"])
+def test_flash_varlen_packing_on_cpu(kind):
+    from dare_bench.models.flash import varlen_attention
+
+    b, h, hkv, l, d = 2, 4, 2, 14, 8
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(b, n, l, d, generator=g, dtype=torch.float64) for n in (h, hkv, hkv))
+    mask = None if kind is None else _masks(b, l)[kind]
+    ref = attention(q, k, v, mask, scale=0.3)
+    out = varlen_attention(_FakeFlash, q, k, v, mask, scale=0.3)
+    assert out.shape == ref.shape and (out - ref).abs().max() <= 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["key_padding", "query_key_padding", "packed", "block_causal", "random"])
+def test_flex_backend_masks_on_cpu(kind):
+    """layers.attention's flex path (eager flex_attention runs on CPU, slowly) equals sdpa, empty rows included."""
+    b, h, hkv, l, d = 2, 4, 2, 14, 16
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(b, n, l, d, generator=g) for n in (h, hkv, hkv))
+    mask = _masks(b, l)[kind]
+    assert (attention(q, k, v, mask, backend="flex") - attention(q, k, v, mask)).abs().max() <= 1e-5
+
+
 needs_flash = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="flash-attn not installed")
 
 
