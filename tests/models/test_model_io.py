@@ -2,7 +2,6 @@
 meta-device sizes of the real checkpoints, tiny presets and vocabulary adaptation."""
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
