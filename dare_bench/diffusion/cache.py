@@ -1,0 +1,102 @@
+"""KV caches for diffusion sampling: the exact block cache (block diffusion) and Fast-dLLM prefix / dual caches.
+
+Library module used by `dare_bench.diffusion.sampling`; no command line. Tests:
+`.venv/bin/python -m pytest tests/diffusion/test_sampling_cache.py -q`.
+
+- `ExactBlockCache` (SDAR, LLaDA2): committed blocks are encoded once with the block-causal pattern and their keys /
+  values kept; the current block then attends to (cache + itself). Because a committed block never changes and a
+  block-causal query never sees later blocks, this gives the same logits as recomputing the whole prefix (up to
+  float rounding), so the same tokens as the official recompute samplers.
+- `FastDLLMCache` (LLaDA, Dream; Fast-dLLM, arXiv 2505.22618): at the start of every block the whole canvas is
+  encoded once; `prefix` mode keeps the keys / values before the block and re-runs the block plus everything after
+  it, `dual` mode keeps all of them and re-runs only the block, writing its fresh keys / values over the stale ones
+  (`replace_position`). Bidirectional attention makes both approximate: the cached positions do not see the tokens
+  committed since the refresh.
+
+Every model call goes through the `forward` callable handed in by the sampler, so forward counts stay in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from dare_bench.models.layers import block_causal_mask
+
+Forward = Callable[..., torch.Tensor]
+
+
+class ExactBlockCache:
+    """Keys / values of committed blocks `[0, length)` of a block-causal model, grown block by block."""
+
+    def __init__(self, model, block_size: int, forward: Forward):
+        self.cache = model.new_kv_cache()
+        self.block_size = block_size
+        self.forward = forward
+
+    @property
+    def length(self) -> int:
+        return len(self.cache)
+
+    def prefill(self, ids: torch.Tensor) -> None:
+        """Encode whole prompt blocks `ids` (`[B, n*b]`, starting at position 0) into the cache."""
+        n = ids.shape[1]
+        if n == 0:
+            return
+        if n % self.block_size:
+            raise ValueError(f"prefill length {n} is not a multiple of the block size {self.block_size}")
+        pos = torch.arange(n, device=ids.device).expand(ids.shape[0], n)
+        mask = block_causal_mask(n, n, self.block_size, device=ids.device)
+        self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
+
+    def block_logits(self, block_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of the current block (positions `[length, length + b)`) against the cache, cache unchanged.
+
+        Every cached key is an earlier block and the block is bidirectional inside, so no mask is needed."""
+        start = self.length
+        pos = torch.arange(start, start + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
+        return self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=False)
+
+    def commit(self, block_ids: torch.Tensor) -> None:
+        """Append the finished block's keys / values (one more forward, as the official SDAR sampler does)."""
+        start = self.length
+        pos = torch.arange(start, start + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
+        self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=True)
+
+
+class FastDLLMCache:
+    """Fast-dLLM approximate caches for bidirectional models (`mode` = "prefix" or "dual").
+
+    `refresh` encodes the full canvas and returns its logits; `window_logits` re-runs `[start, end)` against the
+    cached keys / values of the rest. Windows are given in canvas coordinates.
+    """
+
+    def __init__(self, model, mode: str, forward: Forward):
+        if mode not in ("prefix", "dual"):
+            raise ValueError(f"unknown Fast-dLLM cache mode {mode!r}")
+        self.model = model
+        self.mode = mode
+        self.forward = forward
+        self.cache = None
+        self.start = 0
+
+    def refresh(self, x: torch.Tensor, start: int, **model_kwargs) -> torch.Tensor:
+        """Encode all of `x`, keep what `mode` needs for a block starting at `start`, return the full logits."""
+        self.cache = self.model.new_kv_cache()
+        logits = self.forward(x, kv_cache=self.cache, update_cache=True, **model_kwargs)
+        if self.mode == "prefix":
+            self.cache.crop(start)
+        self.start = start
+        return logits
+
+    def window_logits(self, x: torch.Tensor, start: int, end: int, **model_kwargs) -> torch.Tensor:
+        """Logits of canvas positions `[start, end)` (prefix mode: `end` must be the canvas end)."""
+        if self.cache is None:
+            raise RuntimeError("window_logits before refresh")
+        if self.mode == "prefix":
+            if start != len(self.cache) or end != x.shape[1]:
+                raise ValueError("prefix cache windows run from the cached prefix to the end of the canvas")
+            return self.forward(x[:, start:end], kv_cache=self.cache, update_cache=False, **model_kwargs)
+        return self.forward(x[:, start:end], kv_cache=self.cache, update_cache=False,
+                            replace_position=(start, end), **model_kwargs)
