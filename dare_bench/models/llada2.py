@@ -55,6 +55,11 @@ def _cfg(cfg: dict[str, Any], key: str, default):
     return default if v is None else v
 
 
+def _num_experts(cfg: dict[str, Any]) -> int | None:
+    # class default 16 when the field is absent; an explicit null means a dense model
+    return cfg["num_experts"] if "num_experts" in cfg else 16
+
+
 class LLaDA2Attention(nn.Module):
     def __init__(self, cfg: dict[str, Any], layer_idx: int):
         super().__init__()
@@ -97,8 +102,8 @@ class LLaDA2Gate(nn.Module):
 
     def __init__(self, cfg: dict[str, Any]):
         super().__init__()
-        self.num_experts = cfg["num_experts"]
-        self.top_k = cfg["num_experts_per_tok"]
+        self.num_experts = _num_experts(cfg)
+        self.top_k = int(_cfg(cfg, "num_experts_per_tok", 2))
         self.n_group = int(_cfg(cfg, "n_group", 8))
         self.topk_group = int(_cfg(cfg, "topk_group", 4))
         self.routed_scaling_factor = float(_cfg(cfg, "routed_scaling_factor", 2.5))
@@ -130,11 +135,12 @@ class LLaDA2SparseMoe(nn.Module):
         super().__init__()
         hidden = cfg["hidden_size"]
         inter = cfg["moe_intermediate_size"]
-        self.top_k = cfg["num_experts_per_tok"]
-        self.experts = nn.ModuleList(SwiGLU(hidden, inter) for _ in range(cfg["num_experts"]))
+        self.top_k = int(_cfg(cfg, "num_experts_per_tok", 2))
+        self.experts = nn.ModuleList(SwiGLU(hidden, inter) for _ in range(_num_experts(cfg)))
         self.gate = LLaDA2Gate(cfg)
-        n_shared = _cfg(cfg, "num_shared_experts", 0)
-        self.shared_experts = SwiGLU(hidden, inter * n_shared) if n_shared else None
+        # upstream builds the shared MLP whenever the field is not None (even 0: a zero-width MLP with weights)
+        n_shared = cfg.get("num_shared_experts", 0)
+        self.shared_experts = SwiGLU(hidden, inter * n_shared) if n_shared is not None else None
 
     def forward(self, x: torch.Tensor):
         b, L, h = x.shape
@@ -157,7 +163,7 @@ class LLaDA2DecoderLayer(nn.Module):
         super().__init__()
         hidden, eps = cfg["hidden_size"], float(_cfg(cfg, "rms_norm_eps", 1e-5))
         self.attention = LLaDA2Attention(cfg, layer_idx)
-        self.is_moe = cfg.get("num_experts") is not None and layer_idx >= int(_cfg(cfg, "first_k_dense_replace", 0))
+        self.is_moe = _num_experts(cfg) is not None and layer_idx >= int(_cfg(cfg, "first_k_dense_replace", 0))
         self.mlp = LLaDA2SparseMoe(cfg) if self.is_moe else SwiGLU(hidden, cfg["intermediate_size"])
         self.input_layernorm = RMSNorm(hidden, eps)
         self.post_attention_layernorm = RMSNorm(hidden, eps)

@@ -252,7 +252,10 @@ register_family(FamilySpec(
     model_cls=SDARForCausalLM,
     model_types=("sdar", "sdar_moe"),
     architectures=("SDARForCausalLM", "SDARMoeForCausalLM"),
-    required_fields=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+    # SDARConfig's own defaults are not pinned by any source we could read, so the fields every released config
+    # carries are required rather than guessed.
+    required_fields=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "head_dim", "intermediate_size", "rope_theta", "rms_norm_eps"),
     companion_files={"generation_config.json": _generation_config},
     adapt_vocab=adapt_vocab,
 ))

@@ -163,3 +163,43 @@ def test_padding_mask_hides_keys():
         padded = model(x, attention_mask=am)[:, :6]
         short = model(x[:, :6])
     torch.testing.assert_close(padded, short, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_adapt_vocab_sets_family_fields(preset):
+    from dare_bench.models import FAMILIES, detect_family
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    cfg = preset_config(preset)
+    spec = detect_family(cfg)
+    assert FAMILIES[spec.name].adapt_vocab is not None
+    new = spec.adapt_vocab(cfg, vocab_size=100, mask_token_id=99, eos_token_id=98, pad_token_id=97, bos_token_id=96)
+    assert cfg["vocab_size"] != 100  # the preset itself is untouched
+    model = build_model(new)
+    model.init_weights()
+    t = model.traits
+    assert (t.mask_token_id, t.eos_token_id, t.pad_token_id, t.bos_token_id) == (99, 98, 97, 96)
+    assert model.lm_head.weight.shape[0] == 100
+    with torch.no_grad():
+        assert model(torch.randint(0, 100, (1, 9))).shape == (1, 9, 100)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_gradient_checkpointing_and_bf16(preset):
+    model = _model(preset)
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(4))
+    model.train()
+    grads = []
+    for ckpt in (False, True):
+        model.zero_grad()
+        model.gradient_checkpointing_enable(ckpt)
+        training_forward(model, ids, ids).logsumexp(-1).mean().backward()
+        grads.append(model.lm_head.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+    model.eval()
+    with torch.no_grad():
+        ref = model(ids)
+        low = model.to(torch.bfloat16)(ids)
+    assert low.dtype == torch.float32  # logits upcast
+    assert (low - ref).abs().max() < 0.5
