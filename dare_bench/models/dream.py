@@ -184,24 +184,31 @@ class DreamModel(DiffusionLM):
     ) -> torch.Tensor:
         """Raw logits `[B, L, V]`: row i scores token i+1 (shift with `shift_logits(..., 1)`).
 
-        attention_mask `[B, L]` (0 = pad) is turned into the official sampler's 4-D mask (pad keys hidden, pad
-        queries see nothing and output 0); it covers the new tokens only and cannot be combined with a cache (pass
-        `attn_mask` then). position_ids default to 0..L-1 (with a cache: the positions after the cached ones, or
+        attention_mask `[B, Lk]` (0 = pad; Lk = cached + new keys) is turned into the official sampler's 4-D mask
+        (pad keys hidden, pad queries see nothing and output 0); a 4-D bool mask is taken as is. position_ids default to 0..L-1 (with a cache: the positions after the cached ones, or
         `replace_position`); the sampler's cumsum positions for padded batches are the caller's job.
         """
         b, l = input_ids.shape
         past = len(kv_cache) if kv_cache is not None else 0
+        # absolute positions of the new tokens: after the cached ones, or the replaced window
+        q_start = 0 if kv_cache is None else (replace_position[0] if replace_position is not None else past)
+        k_len = l if kv_cache is None else (past if replace_position is not None else past + l)
         if position_ids is None:
-            start = replace_position[0] if replace_position is not None else past
-            position_ids = torch.arange(start, start + l, device=input_ids.device).expand(b, l)
+            position_ids = torch.arange(q_start, q_start + l, device=input_ids.device).expand(b, l)
+        elif position_ids.shape[-1] != l:
+            raise ValueError(f"position_ids cover {position_ids.shape[-1]} positions, input_ids {l}")
         pad = None
         if attention_mask is not None:
             if attention_mask.dim() == 4:
-                pad = attention_mask.bool()  # the official model's own format, bool [B, 1, L, L]
+                pad = attention_mask.bool()  # the official model's own format, bool [B, 1, Lq, Lk]
             elif not bool(attention_mask.bool().all()):
-                if kv_cache is not None:
-                    raise ValueError("a 2-D attention_mask cannot be combined with a kv cache; pass attn_mask")
-                pad = query_key_padding_mask(attention_mask)
+                if attention_mask.shape[-1] != k_len:
+                    raise ValueError(f"attention_mask has length {attention_mask.shape[-1]}, keys have length {k_len}")
+                if kv_cache is None:
+                    pad = query_key_padding_mask(attention_mask)
+                else:
+                    m = attention_mask.bool()
+                    pad = m[:, None, None, :] & m[:, q_start:q_start + l][:, None, :, None]
         mask = combine_masks(attn_mask, pad)
 
         x = self.model.embed_tokens(input_ids)

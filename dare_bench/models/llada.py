@@ -233,6 +233,8 @@ class LLaDAModelLM(DiffusionLM):
         if position_ids is None:
             start = replace_position[0] if replace_position is not None else past
             position_ids = torch.arange(start, start + l, device=input_ids.device).expand(b, l)
+        elif position_ids.shape[-1] != l:
+            raise ValueError(f"position_ids cover {position_ids.shape[-1]} positions, input_ids {l}")
         k_len = l if kv_cache is None else (past if replace_position is not None else past + l)
         pad = None
         if attention_mask is not None:

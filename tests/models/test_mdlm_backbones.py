@@ -91,22 +91,28 @@ def test_padding_semantics():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_prefix_kv_cache_equals_uncached_forward(family):
+@pytest.mark.parametrize("padded", [False, True])
+def test_prefix_kv_cache_equals_uncached_forward(family, padded):
     model = _model(family)
     ids = _ids(2, 12, seed=5)
+    pad_mask = torch.ones(2, 12, dtype=torch.long)
+    if padded:
+        pad_mask[1, :3] = 0
     n = 8
     q = torch.arange(12)[:, None]
     k = torch.arange(12)[None, :]
     # the cached prefix was encoded without the new tokens; the new tokens see everything
     pattern = ((k < n) | (q >= n))[None, None]
     with torch.no_grad():
-        full = model(ids, attn_mask=pattern)
+        full = model(ids, pad_mask, attn_mask=pattern)
         cache = model.new_kv_cache()
-        first = model(ids[:, :n], kv_cache=cache, update_cache=True)
+        first = model(ids[:, :n], pad_mask[:, :n], kv_cache=cache, update_cache=True)
         assert len(cache) == n
-        explicit = model(ids[:, n:], position_ids=torch.arange(n, 12).expand(2, -1), kv_cache=cache)
+        explicit = model(ids[:, n:], pad_mask, torch.arange(n, 12).expand(2, -1), kv_cache=cache)
         assert len(cache) == n  # update_cache=False leaves the cache alone
-        default = model(ids[:, n:], kv_cache=cache)
+        default = model(ids[:, n:], pad_mask, kv_cache=cache)
+        with pytest.raises(ValueError, match="attention_mask has length"):
+            model(ids[:, n:], pad_mask[:, n:] * 0, kv_cache=cache)
     assert (first - full[:, :n]).abs().max() <= 1e-5
     assert (explicit - full[:, n:]).abs().max() <= 1e-5
     assert torch.equal(explicit, default)
