@@ -15,6 +15,16 @@ An algorithm is one file under `trainers/algorithms/` with a subclass of `Algori
 
 `backward` runs the backward pass(es) itself so that an algorithm can do one backward per Monte-Carlo sample
 (BGPO, EBPO: memory independent of the number of samples) or walk a recorded sampler trajectory (CJ-GRPO).
+
+Refinements made with the shared loop (all backwards compatible):
+- `AlgorithmConfig` also carries the GRPO settings every RL recipe has in `TrainSettings`: `advantage` (None = the
+  algorithm's own default), `clip_ratio_c` (verl dual clip; None = off) and `kl_estimator`. The loop fills the
+  config from `TrainSettings` (`trainers.loop.algorithm_settings`); a plug-in that cannot honour a value refuses it
+  in `validate()`.
+- `Algorithm.forward_batch_size`: rows per no-grad forward in `prepare` (None = all rows at once); set by the loop
+  from its micro-batch size so that `prepare` never holds the logits of the whole rollout batch.
+- Masks / noise drawn in `prepare` must be drawn for the whole batch there (not per micro-batch in `backward`), so a
+  run's numbers do not depend on the micro-batch size.
 """
 
 from __future__ import annotations
@@ -92,6 +102,9 @@ class AlgorithmConfig(BaseModel):
     kl_beta: float = 0.0  # β of the KL-to-reference penalty; 0 disables the reference forward
     mc_samples: int = 1  # Monte-Carlo samples of the likelihood estimator
     loss_agg: str = "token-mean"
+    advantage: str | None = None  # "mean" | "mean_std" | "leave_one_out"; None = the algorithm's default
+    clip_ratio_c: float | None = None  # verl dual-clip cap of the ratio for A < 0; None = plain PPO clip
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (low_var_kl) | abs
 
 
 class Algorithm:
@@ -105,6 +118,8 @@ class Algorithm:
     needs_trajectory: ClassVar[bool] = False
     # Extra sampler settings the algorithm imposes on rollouts (e.g. CJ-GRPO's EOSER / ASS).
     rollout_overrides: ClassVar[dict[str, Any]] = {}
+    # Rows per no-grad forward in `prepare` (None = the whole batch); the loop sets it from its micro-batch size.
+    forward_batch_size: int | None = None
 
     def __init__(self, config: dict[str, Any] | None, traits: ModelTraits):
         if traits.attention not in self.attention_kinds:

@@ -28,7 +28,9 @@ from dare_bench.errors import ConfigError
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
-ADVANTAGE_MODES = ("mean", "std", "loo")
+ADVANTAGE_MODES = ("mean", "mean_std", "leave_one_out")
+# short aliases accepted by `group_advantages`
+_ADV_ALIASES = {"std": "mean_std", "loo": "leave_one_out"}
 
 
 # --- aggregation --------------------------------------------------------------------------------------------------
@@ -101,24 +103,57 @@ def group_advantages(rewards: torch.Tensor, group_size: int, mode: str = "std", 
                      epsilon: float = 1e-6) -> torch.Tensor:
     """Advantages `[N]` for rows grouped contiguously G at a time (row r belongs to prompt r // G).
 
-    mode "mean": A = r − mean_group(r) (d1, `diffu_grpo_trainer.py`); "std": verl/DARE default
-    (r − mean) / (std_unbiased + ε); "loo": leave-one-out baseline A = r − (Σ_k r_k − r) / (G − 1) (Coupled-GRPO).
+    mode "mean": A = r − mean_group(r) (d1, `diffu_grpo_trainer.py`); "mean_std" (alias "std"): verl/DARE default
+    (r − mean) / (std_unbiased + ε); "leave_one_out" (alias "loo"): A = r − (Σ_k r_k − r) / (G − 1) (Coupled-GRPO).
+    The mode names are those of `TrainSettings.advantage`.
     """
+    mode = _ADV_ALIASES.get(mode, mode)
     n = rewards.shape[0]
     if group_size < 1 or n % group_size:
         raise ValueError(f"{n} rewards do not split into groups of {group_size}")
-    if mode == "std":
+    if mode == "mean_std":
         return grpo_outcome_advantage(rewards, [i // group_size for i in range(n)], norm_by_std=True,
                                       epsilon=epsilon)
     grouped = rewards.view(-1, group_size)
     if mode == "mean":
         return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(n)
-    if mode == "loo":
+    if mode == "leave_one_out":
         if group_size < 2:
             raise ConfigError("leave-one-out advantages need group_size >= 2")
         baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
         return (grouped - baseline).reshape(n)
     raise ConfigError(f"unknown advantage mode {mode!r}; expected one of {list(ADVANTAGE_MODES)}")
+
+
+# --- per-token log-probs from a model -------------------------------------------------------------------------------
+def model_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 logit_shift: int = 0) -> torch.Tensor:
+    """Logits `[B, L, V]` where row i predicts token i (Dream's shift undone via `models.base.shift_logits`).
+
+    `model` is a `DiffusionLM`, a PEFT wrapper of one, or any callable with the same signature (e.g. the LoRA
+    reference `trainers.loop.AdapterDisabled`); an output object with `.logits` is accepted too.
+    """
+    from dare_bench.models.base import shift_logits
+
+    out = model(input_ids, attention_mask=attention_mask)
+    logits = out if isinstance(out, torch.Tensor) else out.logits
+    return shift_logits(logits, logit_shift)
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, with_entropy: bool = False):
+    """log softmax(logits)[target] per position (= −cross_entropy), computed in at least float32.
+
+    With `with_entropy`, also returns the per-position entropy of the predictive distribution (no gradient).
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
 
 
 # --- policy loss --------------------------------------------------------------------------------------------------
@@ -219,5 +254,6 @@ def dare_kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, advan
 
 __all__ = [
     "AGG_MODES", "ADVANTAGE_MODES", "KL_KINDS", "PolicyLossOutput", "agg_loss", "check_agg_mode", "check_kl_kind",
-    "dare_kl_penalty", "group_advantages", "grpo_outcome_advantage", "kl_estimate", "masked_mean", "policy_loss",
+    "dare_kl_penalty", "group_advantages", "grpo_outcome_advantage", "kl_estimate", "masked_mean", "model_logits",
+    "policy_loss", "token_logprobs",
 ]
