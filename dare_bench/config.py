@@ -42,6 +42,11 @@ ALGORITHMS = (
 )
 BACKBONES = ("llada", "dream", "sdar", "llada2")
 TASKS = ("gsm8k", "math500", "humaneval", "mbpp", "countdown", "sudoku")
+# Which trainer an algorithm uses (the `train.kind` its reproductions declare; the registry's defaults layer).
+ALGORITHM_KIND = {
+    "baseline": "none", "sft": "sft", "lora": "sft", "vrpo": "preference",
+    **{a: "rl" for a in ("d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo", "dtreerpo", "justgrpo", "espo")},
+}
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
 
@@ -343,30 +348,42 @@ class ReproductionSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ReproductionSpec":
+        # Messages start with the dotted path they concern, so the registry can point at the YAML line.
         expected = f"{self.algorithm}-{self.backbone}-{self.task}"
         if self.name != expected:
-            raise ValueError(f"name {self.name!r} must be <algorithm>-<backbone>-<task> = {expected!r}")
+            raise ValueError(f"name: {self.name!r} must be <algorithm>-<backbone>-<task> = {expected!r}")
         missing = [s for s in REQUIRED_SCALES if s not in self.scales]
         if missing:
-            raise ValueError(f"missing scale(s): {', '.join(missing)}")
+            raise ValueError(f"scales: missing scale(s) {', '.join(missing)}")
         knobs = ALGORITHM_KNOBS[self.algorithm]
         for scale, prof in self.scales.items():
+            if prof.train.kind != ALGORITHM_KIND[self.algorithm]:
+                raise ValueError(
+                    f"scales.{scale}.train.kind: {self.algorithm} trains with kind "
+                    f"{ALGORITHM_KIND[self.algorithm]!r}, not {prof.train.kind!r}"
+                )
             if scale in ("paper", "official") and prof.model.checkpoint is None:
-                raise ValueError(f"scale {scale} must start from a real `model.checkpoint`")
+                raise ValueError(f"scales.{scale}.model: this scale must start from a real `checkpoint`")
             if scale in ("tiny", "micro"):
                 if prof.model.preset is None:
-                    raise ValueError(f"scale {scale} must use a tiny `model.preset`")
+                    raise ValueError(f"scales.{scale}.model: this scale must use a tiny `preset`")
                 if prof.base is None:
-                    raise ValueError(f"scale {scale} needs `base` (the tiny SFT recipe)")
+                    raise ValueError(f"scales.{scale}: needs `base` (the tiny SFT recipe)")
             try:
                 knobs.model_validate(prof.train.algorithm)
             except ValidationError as exc:
-                raise ValueError(f"scales.{scale}.train.algorithm ({self.algorithm} knobs): {_first_error(exc)}")
+                err = exc.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"])
+                hint = _suggest(err["loc"][-1], knobs.model_fields) if err["type"] == "extra_forbidden" else ""
+                raise ValueError(
+                    f"scales.{scale}.train.algorithm.{loc}: {err['msg']} ({self.algorithm} knobs: "
+                    f"{', '.join(knobs.model_fields) or 'none'}){hint}"
+                ) from None
         seen: set[tuple] = set()
-        for r in self.reported:
+        for i, r in enumerate(self.reported):
             key = (r.table, r.metric, json.dumps(r.settings, sort_keys=True))
             if key in seen:
-                raise ValueError(f"two reported scores for table {r.table!r}, metric {r.metric!r}, same settings")
+                raise ValueError(f"reported.{i}: a second score for table {r.table!r}, metric {r.metric!r}, same settings")
             seen.add(key)
         return self
 
