@@ -1,0 +1,67 @@
+"""Tasks: data, prompts, answer extraction, training rewards and evaluation verdicts, one file per task.
+
+Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``humaneval``, ``mbpp``.
+
+API (used by the trainer, the evaluator and the CLI — keep it small and stable)::
+
+    from dare_bench.tasks import get_task, list_tasks
+    task = get_task("sudoku")                     # unknown name -> ConfigError with a suggestion
+    ds = task.load(split="test", source=None, limit=None)
+        # source: None (DARE parquet under $DARE_BENCH_DATA/rl/<split>/, else the generator for sudoku/countdown),
+        #         a .parquet/.jsonl/.json/.csv path, "hf:<id>[:<config>]@<revision>", or "generator[:<seed>]"
+    ds.source, ds.fingerprint                     # what was resolved; sha256 of the file bytes / of the items' JSON
+    item = ds[0]                                  # Item(index, prompt_messages, ground_truth, extra)
+    task.generate(n, seed, split)                 # sudoku / countdown only
+    task.format_prompt(item, "plain")             # short prompt for tiny models (task tokenizer covers it)
+    task.format_prompt(item, tokenizer)           # the checkpoint's chat template over DARE's messages
+    task.format_answer(item)                      # gold completion every grader accepts (SFT target)
+    res = task.grade(completion, item, grader="dare")
+        # GradeResult(correct, reward, extracted, details, score): reward = the grader's TRAINING reward,
+        # correct = its EVALUATION verdict, score = the per-item evaluation metric the official code averages
+    task.graders                                  # graders that exist for this task
+
+Graders (``dare_bench/tasks/graders/``): ``dare`` (default; DARE's ``dllm_rm``), ``d1`` (d1's reward_func.py rewards
+and parse_and_get_acc.py verdicts), ``strict`` (ours: closes the exploitable official quirks). Pairs that do not
+exist: ``d1`` × ``humaneval`` / ``mbpp`` (d1 has no HumanEval/MBPP reward or evaluation); asking for one raises
+ConfigError. Each grader module's docstring lists the official quirks it reproduces.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from dare_bench.errors import ConfigError
+from dare_bench.tasks.base import GradeResult, Item, Task, TaskDataset
+
+_REGISTRY: dict[str, str] = {
+    "sudoku": "dare_bench.tasks.sudoku:SudokuTask",
+    "countdown": "dare_bench.tasks.countdown:CountdownTask",
+    "gsm8k": "dare_bench.tasks.gsm8k:GSM8KTask",
+    "math500": "dare_bench.tasks.math500:Math500Task",
+    "humaneval": "dare_bench.tasks.humaneval:HumanEvalTask",
+    "mbpp": "dare_bench.tasks.mbpp:MBPPTask",
+}
+_CACHE: dict[str, Task] = {}
+
+DEFAULT_GRADER = "dare"
+GRADERS = ("dare", "d1", "strict")
+
+
+def list_tasks() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_task(name: str) -> Task:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown task {name!r}{hint} (known: {', '.join(list_tasks())})")
+    if name not in _CACHE:
+        import importlib
+
+        module, cls = _REGISTRY[name].split(":")
+        _CACHE[name] = getattr(importlib.import_module(module), cls)()
+    return _CACHE[name]
+
+
+__all__ = ["get_task", "list_tasks", "Task", "TaskDataset", "Item", "GradeResult", "DEFAULT_GRADER", "GRADERS"]

@@ -1,0 +1,345 @@
+"""Task contract: items, datasets with a data fingerprint, grading results, and the shared data loading.
+
+A task (one file per task in this package) subclasses :class:`Task` and says
+
+- where its standard data lives (DARE's verl parquet file names per split),
+- how a row of any supported source becomes an :class:`Item` (verl parquet rows are read the same way for every task;
+  other layouts — d1's CSV / JSONL, Hugging Face rows — through ``Task.row_to_item``),
+- its plain prompt for tiny runs and its gold completion (``format_answer``),
+- its graders: named functions ``(completion, item) -> GradeResult`` (see ``dare_bench.tasks.graders``).
+
+Usage::
+
+    from dare_bench.tasks import get_task
+    task = get_task("sudoku")
+    ds = task.load(split="test", limit=8)            # DARE parquet via $DARE_BENCH_DATA, else the seeded generator
+    print(ds.source, ds.fingerprint)
+    res = task.grade("<answer>3142243142131324</answer>", ds[0], grader="d1")
+
+Sources accepted by ``Task.load(source=...)``: a path to ``.parquet`` / ``.jsonl`` / ``.json`` / ``.csv``;
+``"hf:<id>[:<config>]@<revision>"`` (online only; the revision is required so the fingerprint means something);
+``"generator[:<seed>]"`` for the tasks that have a procedural generator; or None for the task's standard source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from dare_bench.errors import ConfigError, DataError
+
+SPLITS = ("train", "test")
+DATA_ENV = "DARE_BENCH_DATA"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One problem. ``prompt_messages`` is the chat the official recipe feeds the model (DARE's text)."""
+
+    index: int
+    prompt_messages: list[dict[str, str]]
+    ground_truth: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """What one grader says about one completion.
+
+    ``reward`` is the grader's training reward (official scale: e.g. d1's GSM8K reward sums to at most 3.5+),
+    ``correct`` its evaluation verdict, ``score`` the per-item evaluation metric the official evaluator averages
+    (``float(correct)`` except where the official metric is finer, e.g. d1's Sudoku cell accuracy).
+    """
+
+    correct: bool
+    reward: float
+    extracted: str | None
+    details: dict[str, Any] = field(default_factory=dict)
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.score is None:
+            object.__setattr__(self, "score", float(bool(self.correct)))
+
+
+GraderFn = Callable[[str, Item], GradeResult]
+
+
+@dataclass
+class TaskDataset:
+    """Items plus where they came from: ``source`` (what was resolved) and ``fingerprint`` (sha256)."""
+
+    task: str
+    split: str
+    items: list[Item]
+    source: str
+    fingerprint: str
+    limit: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self.items)
+
+    def __getitem__(self, i: int) -> Item:
+        return self.items[i]
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+
+
+def _json_default(o: Any) -> Any:
+    # numpy scalars / arrays arrive from parquet and datasets rows
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def sha256_items(items: Sequence[Item]) -> str:
+    return hashlib.sha256(canonical_json([it.to_json() for it in items])).hexdigest()
+
+
+def plain(obj: Any) -> Any:
+    """numpy / pyarrow containers from parquet rows -> plain Python (lists, dicts, str, int, float)."""
+    if isinstance(obj, Mapping):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return plain(obj.tolist())
+    return obj
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a parquet / jsonl / json / csv file as plain dicts; any failure is one DataError."""
+    if not path.exists():
+        raise DataError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pandas as pd
+
+            return [plain(r) for r in pd.read_parquet(path).to_dict(orient="records")]
+        if suffix == ".csv":
+            import pandas as pd
+
+            # keep puzzle strings like "0321..." as text: leading zeros matter
+            return [plain(r) for r in pd.read_csv(path, dtype=str, keep_default_na=False).to_dict(orient="records")]
+        if suffix in (".jsonl", ".json"):
+            text = path.read_text(encoding="utf-8")
+            if suffix == ".json" and text.lstrip().startswith("["):
+                rows = json.loads(text)
+            else:
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            if not all(isinstance(r, dict) for r in rows):
+                raise DataError(f"{path}: every record must be a JSON object")
+            return rows
+    except DataError:
+        raise
+    except Exception as e:  # pyarrow / pandas / json raise many types for a corrupt file
+        raise DataError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+    raise DataError(f"unsupported data file type {suffix!r} ({path}); use .parquet, .jsonl, .json or .csv")
+
+
+def parse_hf_source(source: str) -> tuple[str, str | None, str]:
+    """``hf:<id>[:<config>]@<revision>`` -> (id, config, revision)."""
+    body = source[3:]
+    if "@" not in body:
+        raise ConfigError(f"{source!r}: a Hugging Face source needs a pinned revision: hf:<id>[:<config>]@<revision>")
+    ref, revision = body.rsplit("@", 1)
+    if not ref or not revision:
+        raise ConfigError(f"{source!r}: expected hf:<id>[:<config>]@<revision>")
+    dataset_id, _, config = ref.partition(":")
+    return dataset_id, (config or None), revision
+
+
+class Task:
+    """Base class; subclasses set the class attributes and implement the hooks."""
+
+    name: str = ""
+    #: DARE file names per split under ``$DARE_BENCH_DATA/rl/<split>/``
+    dare_files: dict[str, str] = {}
+    #: ``datasets`` id for the task's original data (documentation + error messages; loading needs a revision)
+    hf_hint: str = ""
+    has_generator: bool = False
+
+    def __init__(self) -> None:
+        self._graders: dict[str, GraderFn] = self.build_graders()
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def build_graders(self) -> dict[str, GraderFn]:
+        raise NotImplementedError
+
+    def row_to_item(self, row: dict[str, Any], index: int, split: str) -> Item:
+        """A non-verl row (d1 CSV/JSONL, Hugging Face) -> Item. Tasks override for their raw layouts."""
+        raise DataError(f"{self.name}: unrecognised row layout with columns {sorted(row)}")
+
+    def plain_prompt(self, item: Item) -> str:
+        raise NotImplementedError
+
+    def format_answer(self, item: Item) -> str:
+        """A gold completion the graders accept (SFT target for tiny runs)."""
+        raise NotImplementedError
+
+    def generate(self, n: int, seed: int = 0, split: str = "test") -> TaskDataset:
+        raise DataError(f"task {self.name!r} has no procedural generator; give a data source")
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def graders(self) -> list[str]:
+        return sorted(self._graders)
+
+    def grade(self, completion: str, item: Item, grader: str = "dare") -> GradeResult:
+        """Grade one completion. Never raises for a bad completion: anything unparseable is scored wrong."""
+        fn = self._graders.get(grader)
+        if fn is None:
+            raise ConfigError(
+                f"grader {grader!r} does not exist for task {self.name!r}; available: {', '.join(self.graders)}"
+            )
+        if not isinstance(completion, str):
+            return GradeResult(False, 0.0, None, {"error": f"completion is {type(completion).__name__}, not str"})
+        try:
+            return fn(completion, item)
+        except Exception as e:  # a single malformed completion must never abort a whole evaluation
+            return GradeResult(False, 0.0, None, {"error": f"{type(e).__name__}: {e}"})
+
+    def format_prompt(self, item: Item, template: Any = "plain") -> str:
+        """``"plain"``: the short tiny-run prompt; a tokenizer with a chat template: the real checkpoint's prompt."""
+        if isinstance(template, str):
+            if template == "plain":
+                return self.plain_prompt(item)
+            raise ConfigError(f"unknown prompt template {template!r}; use 'plain' or pass a tokenizer")
+        apply = getattr(template, "apply_chat_template", None)
+        if apply is None or not getattr(template, "chat_template", None):
+            raise ConfigError("prompt template must be 'plain' or a tokenizer that has a chat template")
+        messages = item.prompt_messages
+        if messages and messages[-1].get("role") == "assistant":
+            # DARE's MBPP prompts end with a pre-filled assistant turn ("[BEGIN]\n"): continue it, do not close it
+            return apply(messages, tokenize=False, continue_final_message=True)
+        return apply(messages, tokenize=False, add_generation_prompt=True)
+
+    def load(self, split: str = "test", source: str | os.PathLike | None = None, limit: int | None = None) -> TaskDataset:
+        if split not in SPLITS:
+            raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ConfigError(f"limit must be a non-negative integer, got {limit!r}")
+        if source is None:
+            ds = self._load_default(split, limit)
+        else:
+            src = os.fspath(source)
+            if src.startswith("hf:"):
+                ds = self._load_hf(src, split)
+            elif src == "generator" or src.startswith("generator:"):
+                seed = int(src.partition(":")[2] or 0)
+                ds = self.generate(self.default_generated_size(split) if limit is None else limit, seed, split)
+            else:
+                ds = self._load_file(Path(src), split)
+        if limit is not None:
+            ds.items = ds.items[:limit]
+            ds.limit = limit
+        return ds
+
+    # ------------------------------------------------------------------ loading internals
+    def default_generated_size(self, split: str) -> int:
+        return 500
+
+    def dare_path(self, split: str) -> Path | None:
+        root = os.environ.get(DATA_ENV)
+        fname = self.dare_files.get(split)
+        if not root or not fname:
+            return None
+        path = Path(root).expanduser() / "rl" / split / fname
+        return path if path.exists() else None
+
+    def _load_default(self, split: str, limit: int | None) -> TaskDataset:
+        path = self.dare_path(split)
+        if path is not None:
+            return self._load_file(path, split)
+        if self.has_generator:
+            n = self.default_generated_size(split) if limit is None else limit
+            return self.generate(n, seed=0, split=split)
+        if split not in self.dare_files:
+            raise DataError(f"task {self.name!r} has no standard {split!r} split; give a data source")
+        raise DataError(
+            f"no data for {self.name!r} ({split}): set ${DATA_ENV} to a directory laid out like DARE's data "
+            f"(rl/{split}/{self.dare_files[split]}) or pass source=<file> / 'hf:{self.hf_hint}@<revision>'"
+        )
+
+    def _load_file(self, path: Path, split: str) -> TaskDataset:
+        rows = read_rows(path)
+        items = self.rows_to_items(rows, split, where=str(path))
+        return TaskDataset(self.name, split, items, source=str(path.resolve()), fingerprint=sha256_file(path))
+
+    def _load_hf(self, source: str, split: str) -> TaskDataset:
+        dataset_id, config, revision = parse_hf_source(source)
+        try:
+            import datasets
+        except ImportError as e:  # pragma: no cover - datasets is a core dependency
+            raise DataError("the 'datasets' package is needed for hf: sources") from e
+        try:
+            hf = datasets.load_dataset(dataset_id, config, split=split, revision=revision)
+        except Exception as e:
+            raise DataError(f"cannot load {source}: {type(e).__name__}: {e}") from e
+        rows = [plain(dict(r)) for r in hf]
+        items = self.rows_to_items(rows, split, where=source)
+        # no single file to hash: hash the rows themselves, which pins content whatever the cache layout
+        fp = hashlib.sha256(canonical_json(rows)).hexdigest()
+        return TaskDataset(self.name, split, items, source=source, fingerprint=fp)
+
+    def rows_to_items(self, rows: list[dict[str, Any]], split: str, where: str) -> list[Item]:
+        if not rows:
+            raise DataError(f"{where}: no rows")
+        items = []
+        for i, row in enumerate(rows):
+            try:
+                if "prompt" in row and "reward_model" in row:
+                    items.append(self.verl_row_to_item(row, i))
+                else:
+                    items.append(self.row_to_item(row, i, split))
+            except DataError as e:
+                raise DataError(f"{where}: row {i}: {e}") from e
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                raise DataError(f"{where}: row {i} has the wrong shape for task {self.name!r}: {type(e).__name__}: {e}") from e
+        return items
+
+    def verl_row_to_item(self, row: dict[str, Any], i: int) -> Item:
+        messages = row["prompt"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+            raise DataError("'prompt' must be a list of {role, content} messages")
+        rm = row["reward_model"]
+        if not isinstance(rm, dict) or "ground_truth" not in rm:
+            raise DataError("'reward_model' must be a mapping with 'ground_truth'")
+        extra = dict(row.get("extra_info") or {})
+        extra.setdefault("data_source", row.get("data_source"))
+        index = extra.get("index", i)
+        item = Item(
+            index=int(index) if index is not None else i,
+            prompt_messages=[{"role": str(m["role"]), "content": str(m["content"])} for m in messages],
+            ground_truth=str(rm["ground_truth"]),
+            extra=extra,
+        )
+        self.check_item(item)
+        return item
+
+    def check_item(self, item: Item) -> None:
+        """Raise DataError when an item lacks what the task's graders need."""

@@ -1,0 +1,238 @@
+"""The ``strict`` grader: dare-bench's own verdicts, closing the exploitable holes of the official graders.
+
+It is not an official grader and is never the default; use it to see how much of a score rests on grader leniency.
+Reward = verdict (1.0 / 0.0) everywhere, so a policy cannot farm partial credit from malformed answers.
+
+What it closes (per task):
+
+- Sudoku: the answer is the LAST ``<answer>`` body; whitespace and the separators ``| , - + _ .`` are ignored, any
+  other character fails; it must be exactly 16 digits 1-4, keep every given of the puzzle and satisfy all rows,
+  columns and boxes (d1 pads short answers with zeros, truncates long ones and keeps digits from any junk).
+- Countdown: the LAST ``<answer>`` body, with an optional trailing ``= target``; only integer literals, ``+ - * /``
+  and parentheses (no ``**``, ``//``, decimals, unary tricks such as ``--5``); every given number used exactly once
+  as a literal; exact rational arithmetic (no 1e-5 tolerance).
+- GSM8K / MATH: every ``\\boxed{}`` answer in the completion must agree (hedging with several boxes fails); the last
+  box, else the last ``<answer>``, is graded; GSM8K compares exact rationals after removing thousands separators,
+  currency and a trailing unit word; MATH uses the DARE symbolic check.
+- Code: the program must define the entry point, and the official tests must actually be invoked
+  (HumanEval ``check(entry_point)``; MBPP every assert), in the sandbox with a time and memory limit.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from fractions import Fraction
+
+from dare_bench.tasks.base import GradeResult, Item
+from dare_bench.tasks.generators import sudoku_is_solution
+
+# ---------------------------------------------------------------------------------------------- Sudoku
+
+_SUDOKU_SEPARATORS = re.compile(r"[\s|,\-+_.]")
+
+
+def strict_sudoku_extract(text: str) -> str | None:
+    matches = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+    if not matches:
+        return None
+    return _SUDOKU_SEPARATORS.sub("", matches[-1])
+
+
+def grade_sudoku(text: str, item: Item) -> GradeResult:
+    puzzle = str(item.extra["puzzle"])
+    grid = strict_sudoku_extract(text)
+    if grid is None:
+        return GradeResult(False, 0.0, None, {"reason": "no <answer> block"})
+    keeps_givens = len(grid) == 16 and all(p == "0" or p == g for p, g in zip(puzzle, grid))
+    ok = keeps_givens and sudoku_is_solution(grid)
+    reason = "ok" if ok else ("not 16 digits 1-4 / breaks a rule" if keeps_givens or len(grid) != 16 else "changes a given")
+    return GradeResult(ok, float(ok), grid, {"reason": reason})
+
+
+# ---------------------------------------------------------------------------------------------- Countdown
+
+
+class _Reject(Exception):
+    pass
+
+
+def _strict_arith(node: ast.AST, used: list[int]) -> Fraction:
+    if isinstance(node, ast.Expression):
+        return _strict_arith(node.body, used)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        used.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        a, b = _strict_arith(node.left, used), _strict_arith(node.right, used)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if b == 0:
+            raise _Reject("division by zero")
+        return a / b
+    raise _Reject(f"disallowed syntax: {type(node).__name__}")
+
+
+def strict_countdown_value(expr: str, numbers: list[int], target: int) -> tuple[bool, str]:
+    expr = expr.strip()
+    m = re.fullmatch(r"(.*?)\s*=\s*(-?\d+)", expr, re.DOTALL)
+    if m:
+        if int(m.group(2)) != target:
+            return False, "stated result is not the target"
+        expr = m.group(1)
+    if not re.fullmatch(r"[0-9+\-*/()\s]+", expr) or "**" in expr or "//" in expr:
+        return False, "characters outside digits, + - * / and parentheses"
+    try:
+        tree = ast.parse(expr.replace("\n", " ").strip(), mode="eval")
+        used: list[int] = []
+        value = _strict_arith(tree, used)
+    except (_Reject, SyntaxError, ValueError) as e:
+        return False, str(e)
+    if sorted(used) != sorted(numbers):
+        return False, f"numbers used {sorted(used)} != given {sorted(numbers)}"
+    if value != target:
+        return False, f"value {value} != target {target}"
+    return True, "ok"
+
+
+def grade_countdown(text: str, item: Item) -> GradeResult:
+    from dare_bench.tasks.graders.d1 import countdown_numbers, last_answer_tag
+
+    expr = last_answer_tag(text)
+    if expr is None:
+        return GradeResult(False, 0.0, None, {"reason": "no <answer> block"})
+    ok, reason = strict_countdown_value(expr, countdown_numbers(item), int(item.ground_truth))
+    return GradeResult(ok, float(ok), expr, {"reason": reason})
+
+
+# ---------------------------------------------------------------------------------------------- GSM8K / MATH
+
+
+def all_boxed(text: str) -> list[str]:
+    """Contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}``, in order."""
+    out = []
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, start = 0, m.end() - 1
+        for i in range(start, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(text[start + 1 : i])
+                    break
+    return out
+
+
+def final_answer(text: str) -> tuple[str | None, list[str]]:
+    """The graded answer (last box, else last <answer> body) and every boxed answer."""
+    from dare_bench.tasks.graders.d1 import last_answer_tag
+
+    boxes = all_boxed(text)
+    if boxes:
+        return boxes[-1].strip(), boxes
+    return last_answer_tag(text), boxes
+
+
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def parse_number(s: str) -> Fraction | None:
+    """A plain number, with optional currency, thousands separators, ``\\frac``, ``a/b`` or a trailing unit word."""
+    s = s.strip()
+    s = re.sub(r"^\\text\{(.*)\}$", r"\1", s).strip()
+    s = s.replace("\\$", "").replace("$", "").replace("\\!", "").replace("\\,", "").strip()
+    s = re.sub(r"\s*(?:\\text\{\s*[A-Za-z ]+\}|\\%|%|[A-Za-z]+(?:\s+[A-Za-z]+)?)\.?$", "", s).strip()
+    m = re.fullmatch(r"-?\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", s)
+    if m:
+        return Fraction(int(m.group(1)), int(m.group(2))) * (-1 if s.startswith("-") else 1)
+    m = re.fullmatch(r"(-?\d+)\s*/\s*(\d+)", s)
+    if m and int(m.group(2)) != 0:
+        return Fraction(int(m.group(1)), int(m.group(2)))
+    if _NUMBER.fullmatch(s):
+        return Fraction(s.replace(",", ""))
+    return None
+
+
+def grade_gsm8k(text: str, item: Item) -> GradeResult:
+    answer, boxes = final_answer(text)
+    if answer is None:
+        return GradeResult(False, 0.0, None, {"reason": "no \\boxed{} and no <answer>"})
+    values = {parse_number(b) for b in boxes}
+    if len(values) > 1:
+        return GradeResult(False, 0.0, answer, {"reason": "several different boxed answers"})
+    value = parse_number(answer)
+    gold = parse_number(item.ground_truth.split("####")[-1])
+    ok = value is not None and value == gold
+    return GradeResult(ok, float(ok), answer, {"reason": "ok" if ok else f"{value} != {gold}"})
+
+
+def grade_math(text: str, item: Item) -> GradeResult:
+    from dare_bench.tasks.graders import sympy_grader
+
+    answer, boxes = final_answer(text)
+    if answer is None:
+        return GradeResult(False, 0.0, None, {"reason": "no \\boxed{} and no <answer>"})
+    if any(not sympy_grader.grade(b.strip(), answer) for b in boxes[:-1]):
+        return GradeResult(False, 0.0, answer, {"reason": "several different boxed answers"})
+    ok = sympy_grader.grade(answer, item.ground_truth)
+    return GradeResult(ok, float(ok), answer, {"reason": "ok" if ok else "not equivalent"})
+
+
+# ---------------------------------------------------------------------------------------------- code
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+
+
+def humaneval_entry_point(item: Item) -> str:
+    if item.extra.get("entry_point"):
+        return str(item.extra["entry_point"])
+    prompt = item.prompt_messages[-1]["content"]
+    names = re.findall(r"^def\s+(\w+)\s*\(", prompt, re.MULTILINE)
+    if not names:
+        raise ValueError("cannot tell the HumanEval entry point from the prompt")
+    return names[-1]  # HumanEval prompts put helpers first and the function under test last
+
+
+def grade_humaneval(text: str, item: Item) -> GradeResult:
+    from dare_bench.evaluators.sandbox import run_code
+    from dare_bench.tasks.graders.dare import extract_code
+
+    entry = humaneval_entry_point(item)
+    code = extract_code(text)
+    if code is None or not _defines(code, entry):
+        return GradeResult(False, 0.0, code, {"reason": f"no top-level def {entry}(...)"})
+    prompt = item.prompt_messages[-1]["content"]
+    imports = "\n".join(ln for ln in prompt.splitlines() if re.match(r"(import|from)\s+\w", ln))
+    program = f"{imports}\n\n{code}\n\n{item.ground_truth}\n\ncheck({entry})\n"
+    n_asserts = item.ground_truth.count("assert")
+    res = run_code(program, timeout=float(max(5, n_asserts)), memory_mb=1024)
+    return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
+
+
+def grade_mbpp(text: str, item: Item) -> GradeResult:
+    import json
+
+    from dare_bench.evaluators.sandbox import run_code
+    from dare_bench.tasks.graders.dare import extract_code, extract_code_mbpp
+
+    tests = json.loads(item.ground_truth)
+    m = re.search(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(", tests[0]) if tests else None
+    code = extract_code(text) or extract_code_mbpp(text)
+    if m is None:
+        raise ValueError("cannot tell the MBPP function name from the tests")
+    if code is None or not _defines(code, m.group(1)):
+        return GradeResult(False, 0.0, code, {"reason": f"no top-level def {m.group(1)}(...)"})
+    program = code + "\n\n" + "\n".join(tests) + "\n"
+    res = run_code(program, timeout=float(max(5, len(tests))), memory_mb=1024)
+    return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
