@@ -35,6 +35,7 @@ import copy
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -202,9 +203,9 @@ class LLaDA2MoeModelLM(DiffusionLM):
                                       "(the released configs have rope_scaling null)")
         with skip_init_on_meta():
             self.model = LLaDA2Inner(cfg)
-            self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
-        if cfg.get("tie_word_embeddings", False):
-            self.lm_head.weight = self.model.word_embeddings.weight
+            # tied: no lm_head weight at all, as the official save_pretrained writes tied checkpoints
+            tied = bool(cfg.get("tie_word_embeddings", False))
+            self.lm_head = None if tied else nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
         attn = self.model.layers[0].attention if len(self.model.layers) else None
         self.rot_dim = attn.rot_dim if attn is not None else 0
 
@@ -270,7 +271,8 @@ class LLaDA2MoeModelLM(DiffusionLM):
             h, router = checkpoint(layer, *args, use_reentrant=False) if use_ckpt else layer(*args)
             if router is not None:
                 routers[i] = router
-        logits = self.lm_head(self.model.norm(h)).float()
+        head = self.model.word_embeddings.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.model.norm(h), head).float()
         return (logits, routers) if output_router_info else logits
 
 

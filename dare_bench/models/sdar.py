@@ -165,9 +165,9 @@ class SDARForCausalLM(DiffusionLM):
                                       "(every released SDAR config has rope_scaling null)")
         with skip_init_on_meta():
             self.model = SDARInner(cfg)
-            self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
-        if cfg.get("tie_word_embeddings", False):
-            self.lm_head.weight = self.model.embed_tokens.weight
+            # tied: no lm_head weight at all, as the official save_pretrained writes tied checkpoints
+            tied = bool(cfg.get("tie_word_embeddings", False))
+            self.lm_head = None if tied else nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
         self.head_dim = self.model.layers[0].self_attn.head_dim if len(self.model.layers) else 0
 
     @property
@@ -227,7 +227,8 @@ class SDARForCausalLM(DiffusionLM):
             h, router = checkpoint(layer, *args, use_reentrant=False) if use_ckpt else layer(*args)
             if router is not None:
                 routers[i] = router
-        logits = self.lm_head(self.model.norm(h)).float()
+        head = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.model.norm(h), head).float()
         return (logits, routers) if output_router_info else logits
 
 

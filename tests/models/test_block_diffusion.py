@@ -203,3 +203,22 @@ def test_gradient_checkpointing_and_bf16(preset):
         low = model.to(torch.bfloat16)(ids)
     assert low.dtype == torch.float32  # logits upcast
     assert (low - ref).abs().max() < 0.5
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_tied_embeddings_have_no_head_weight(preset, tmp_path):
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    model = build_model(preset_config(preset, tie_word_embeddings=True))
+    model.init_weights()
+    assert not any(k.startswith("lm_head") for k in model.state_dict())
+    model.save_pretrained(tmp_path / "tied")
+    again = load_pretrained(tmp_path / "tied")
+    ids = torch.randint(0, 200, (1, 8), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids), model(ids), atol=1e-5, rtol=1e-5)
+        # the output projection really is the input embedding: changing one moves the other
+        emb = next(m for n, m in again.model.named_children() if n in ("embed_tokens", "word_embeddings"))
+        emb.weight[7] += 1.0
+        assert not torch.allclose(again(ids)[..., 7], model(ids)[..., 7])
