@@ -252,7 +252,7 @@ def _task_tokenizer(task):
         from dare_bench.tasks.tokenizer import build_task_tokenizer
     except ImportError as exc:
         raise ConfigError(f"cannot build a tokenizer for task {task.name!r}: {exc}") from exc
-    return build_task_tokenizer(task)
+    return build_task_tokenizer(getattr(task, "name", task))
 
 
 def _is_tiny(model) -> bool:

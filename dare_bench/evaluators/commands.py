@@ -1,0 +1,118 @@
+"""`dare-bench eval` and `dare-bench score`: evaluate a backbone on a task, or grade existing completions.
+
+    dare-bench eval --model tiny-llada --task sudoku --limit 8                  # CPU, tiny replica, `tiny` preset
+    dare-bench eval --model /ckpt/LLaDA-8B-Instruct --task gsm8k --preset d1-llada --device cuda --json
+    dare-bench eval --model tiny-llada --task sudoku --limit 4 --engine opencompass   # needs the opencompass extra
+    dare-bench score --task gsm8k --predictions preds.jsonl [--data test.parquet] [--grader strict] --json
+
+`score` reads one JSON object per line, `{"index": <item index in the data>, "completion": "..."}`, and prints
+`{"task", "items": [{"index", "correct", "reward", "extracted"}, ...], "metrics": {...}}` (one item per input line,
+in input order). Bad input (unknown task, unreadable data, missing indices) is one `error: ...` line, exit 2; a
+malformed completion is scored wrong and logged. torch and OpenCompass are imported only inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dare_bench.errors import DareBenchError
+
+
+def _fail(exc: DareBenchError) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _print_items(items, metrics, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=title)
+    for col in ("index", "verdict", "reward", "extracted"):
+        table.add_column(col)
+    for r in items:
+        extracted = r.get("extracted")
+        table.add_row(str(r["index"]), "correct" if r["correct"] else "wrong", f"{r['reward']:.3g}",
+                      "" if extracted is None else str(extracted)[:60])
+    console.print(table)
+    shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()}
+    console.print(" ".join(f"{k}={v}" for k, v in shown.items()))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_command(
+        model: str = typer.Option(..., "--model", help="Checkpoint directory or model preset (tiny-llada, ...)."),
+        task: str = typer.Option(..., "--task", help="Task name (sudoku, countdown, gsm8k, math500, humaneval, mbpp)."),
+        preset: Optional[str] = typer.Option(None, "--preset", help="Sampler preset (default: pinned per backbone x task; `tiny` for tiny models)."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N items only (smoke runs)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object: task, model, preset, metrics, items."),
+        engine: str = typer.Option("native", "--engine", help="native | opencompass"),
+        grader: Optional[str] = typer.Option(None, "--grader", help="Task grader (default: the task's own default)."),
+        data: Optional[str] = typer.Option(None, "--data", help="Data source (file, generator[:seed], hf:id@rev); default: the task's test split."),
+        split: str = typer.Option("test", "--split"),
+        seed: int = typer.Option(0, "--seed"),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+        device: str = typer.Option("cpu", "--device"),
+        dtype: str = typer.Option("float32", "--dtype"),
+        output: Optional[Path] = typer.Option(None, "--output", help="Also write the full result (with completions) to this JSON file."),
+        work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="OpenCompass work directory (engine opencompass)."),
+    ) -> None:
+        """Evaluate a backbone on a task with a pinned sampler preset; print metrics (and items with --json)."""
+        try:
+            if engine not in ("native", "opencompass"):
+                from dare_bench.errors import ConfigError
+
+                raise ConfigError(f"unknown engine {engine!r}; use native or opencompass")
+            progress = sys.stderr.isatty()
+            if engine == "opencompass":
+                from dare_bench.evaluators.opencompass import run_opencompass_eval
+
+                result = run_opencompass_eval(model, task, preset=preset, limit=limit, grader=grader, source=data,
+                                              split=split, seed=seed, batch_size=batch_size, device=device,
+                                              dtype=dtype, work_dir=work_dir)
+            else:
+                from dare_bench.evaluators.evaluator import evaluate
+
+                result = evaluate(model, task, preset=preset, limit=limit, grader=grader, source=data, split=split,
+                                  seed=seed, batch_size=batch_size, device=device, dtype=dtype, progress=progress)
+        except DareBenchError as exc:
+            _fail(exc)
+        payload = result.to_json()
+        payload["engine"] = engine
+        if output is not None:
+            from dare_bench.fileio import atomic_write_json
+
+            atomic_write_json(output, payload)
+        if as_json:
+            typer.echo(json.dumps(payload))
+        else:
+            _print_items(payload["items"], payload["metrics"],
+                         f"{payload['task']} - {payload['model']} - preset {payload['preset']} ({engine})")
+
+    @app.command("score")
+    def score_command(
+        task: str = typer.Option(..., "--task", help="Task name."),
+        predictions: Path = typer.Option(..., "--predictions", help='JSONL: {"index": int, "completion": str} per line.'),
+        data: Optional[str] = typer.Option(None, "--data", help="File whose rows the indices refer to (default: the task's standard test split)."),
+        grader: Optional[str] = typer.Option(None, "--grader", help="Task grader (default: the task's own default)."),
+        as_json: bool = typer.Option(False, "--json", help='Print {"task", "items", "metrics"} as one JSON object.'),
+    ) -> None:
+        """Grade a file of existing completions without any model; print per-item verdicts and the aggregate."""
+        try:
+            from dare_bench.evaluators.evaluator import score_predictions
+
+            result = score_predictions(task, predictions, data=data, grader=grader, progress=sys.stderr.isatty())
+        except DareBenchError as exc:
+            _fail(exc)
+        payload = result.to_json()
+        if as_json:
+            typer.echo(json.dumps(payload))
+        else:
+            _print_items(payload["items"], payload["metrics"], f"{payload['task']} - {predictions}")
