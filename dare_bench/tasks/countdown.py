@@ -8,7 +8,7 @@ Countdown-Tasks rows (``nums``, ``target``). Graders: ``dare`` (0 / 0.1 / 1, als
 
     task = get_task("countdown"); ds = task.generate(4, seed=0)
     task.format_prompt(ds[0])          # "numbers 30 100 93 target 23\n"
-    task.format_answer(ds[0])          # "<answer>100-93+30...</answer>" (a correct expression)
+    task.format_answer(ds[0])          # "\\boxed{(79+41)/15}\n<answer>(79+41)/15</answer>" (a correct expression)
 """
 
 from __future__ import annotations
@@ -84,8 +84,12 @@ class CountdownTask(Task):
         nums = " ".join(str(x) for x in d1.countdown_numbers(item))
         return f"numbers {nums} target {item.ground_truth}\n"
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
+        """Gold completion. Default: accepted by every grader (d1's evaluation reads a box, the rewards read
+        ``<answer>``); ``grader="dare"``/``"strict"`` give the shorter ``<answer>`` form for tiny SFT targets."""
         expr = item.extra.get("solution") or solve_countdown(d1.countdown_numbers(item), int(item.ground_truth))
         if expr is None:
             raise DataError(f"countdown item {item.index} has no solution")
-        return f"<answer>{expr}</answer>"
+        if grader in ("dare", "strict"):
+            return f"<answer>{expr}</answer>"
+        return f"\\boxed{{{expr}}}\n<answer>{expr}</answer>"

@@ -26,7 +26,7 @@ _TEXT_CHARS = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")  
 
 TASK_CHARS: dict[str, str] = {
     "sudoku": "sudoku \n" + _DIGITS,
-    "countdown": "numbers target \n" + _DIGITS + "+-*/()",
+    "countdown": "numbers target \n" + _DIGITS + "+-*/()" + "\\boxed{}",  # d1's evaluation wants a \\boxed{}
     "gsm8k": _TEXT_CHARS,
     "math500": _TEXT_CHARS,
     "humaneval": _TEXT_CHARS,

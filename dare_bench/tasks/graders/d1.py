@@ -13,12 +13,14 @@ Quirks reproduced (each has a test named after it in ``tests/tasks/test_graders_
   ``\\boxed{\\frac{1}{2}}`` the content is ``\\frac{1``); ``"1,000"`` is read as 1 (first ``-?\\d+\\.?\\d*`` match);
   inside ``<answer>`` the LAST number wins; compared as floats, so "18.0" is right.
 - MATH reward: no ``\\boxed`` → the whole completion is compared; the format bonus is 0.75 with an ``<answer>`` tag
-  and 0.25 without, whatever the box (see ``hendrycks.train_boxed_in_answer``).
-- MATH eval: last box, else first ``<answer>``; Hendrycks ``is_equiv`` string match (no sympy).
+  and 0.25 without, whatever the box (see ``hendrycks.boxed_in_answer``).
+- MATH eval: the last box; with no box at all the WHOLE completion is the answer (d1's helper returns its input), so
+  ``<answer>`` is only consulted when the completion is empty or a box never closes; Hendrycks ``is_equiv``.
 - Countdown reward: last ``<answer>``; 0 without one, 0.1 for a wrong / invalid / unevaluable expression, 1 when
   |value − target| < 1e-5; numbers are checked as the multiset of ``\\d+`` runs (so "2.5" uses 2 and 5).
-- Countdown eval: last ``\\boxed{}`` first, else the FIRST ``<answer>``, else the whole text; ``\\times``/``\\div``/
-  ``\\cdot`` are translated; an ``expr = value`` answer is cut to ``expr``.
+- Countdown eval: the last ``\\boxed{}``; with no box the WHOLE completion, from which the first ``expr = number``
+  run is cut out (so an equation written in the reasoning counts, and ``<answer>`` is ignored); the first
+  ``<answer>`` only when a box never closes; ``\\times``/``\\div``/``\\cdot`` are translated.
 - Sudoku reward: digits of the last ``<answer>`` (``str.isdigit``, separators dropped), padded/truncated to 16;
   reward = fraction of blank cells right. Eval: first ``<answer>`` (or fallbacks), only whitespace removed — a
   separator such as ``|`` shifts every later cell; score = cell accuracy (the official metric), correct = all right.
@@ -146,25 +148,25 @@ def grade_gsm8k(text: str, item: Item) -> GradeResult:
 
 def math_gold(gold: str) -> str:
     # d1 passes the gold through remove_boxed(last_boxed_only_string(...)); a plain answer comes back unchanged
-    return H.train_remove_boxed(H.train_last_boxed_only_string(gold))
+    return H.remove_boxed(H.last_boxed_only_string(gold))
 
 
 def math_reward(text: str, gold: str) -> tuple[float, dict[str, float], str]:
     r = text
     try:
-        r = H.train_remove_boxed(H.train_last_boxed_only_string(text))
+        r = H.remove_boxed(H.last_boxed_only_string(text))
     except Exception:
         pass
     parts = {
         "correctness": 2.0 if H.is_equiv(r, math_gold(gold)) else 0.0,
-        "boxed_and_answer_tags_format": H.train_boxed_in_answer(text) * 0.5,
+        "boxed_and_answer_tags_format": H.boxed_in_answer(text) * 0.5,
     }
     return sum(parts.values()), parts, r
 
 
 def math_eval_parse(text: str) -> str | None:
     try:
-        parsed = H.eval_remove_boxed(H.eval_last_boxed_only_string(text))
+        parsed = H.remove_boxed(H.last_boxed_only_string(text))
     except Exception:
         parsed = None
     if not parsed:
@@ -222,7 +224,7 @@ def countdown_reward(text: str, numbers: list[int], target: int) -> tuple[float,
 
 def countdown_eval(text: str, numbers: list[int], target: int) -> tuple[bool, str]:
     try:
-        equation = H.eval_remove_boxed(H.eval_last_boxed_only_string(text))
+        equation = H.remove_boxed(H.last_boxed_only_string(text))
     except Exception:
         m = re.search(r"<answer>(.*?)</answer>", text, re.DOTALL)
         equation = m.group(1).strip() if m else text

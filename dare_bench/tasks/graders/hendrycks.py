@@ -1,18 +1,21 @@
-"""Hendrycks-MATH string normalisation and ``\\boxed{}`` extraction, in the two variants d1 ships.
+"""Hendrycks-MATH string normalisation and ``\\boxed{}`` extraction, as d1 and DARE ship them.
 
-d1 carries two copies of these helpers that differ in ways that change verdicts:
+d1's two copies (``diffu-grpo/math500_utils.py`` for training, ``eval/parser_helper.py`` for evaluation; the latter
+read through two independent forks, SimonCao1207/d1 and xiaohangt/wd1, which agree) behave identically here:
 
-- training (``diffu-grpo/math500_utils.py``): ``last_boxed_only_string`` returns the WHOLE string when it holds no
-  ``\\boxed``/``\\fbox`` (so an unboxed completion is compared whole against the answer) and None for unbalanced
-  braces; ``remove_boxed`` returns its input unchanged when it is not ``\\boxed{...}``; ``boxed_in_answer`` tests for
-  ``"\\boxed"`` written without a raw string, i.e. for a backspace character followed by "oxed", which never
-  occurs — so the "boxed inside <answer>" format bonus is really "has an <answer> tag".
-- evaluation (``eval/parser_helper.py``): ``last_boxed_only_string`` returns None without a box; ``remove_boxed``
-  asserts (raises) on anything but ``\\boxed{...}``/``\\boxed x``, which callers turn into "no answer".
+- ``last_boxed_only_string`` returns the WHOLE string when it holds no ``\\boxed``/``\\fbox`` (so an unboxed
+  completion is compared whole against the answer), None when the braces never close, and for ``\\boxed x`` (a space,
+  no brace) everything after the last ``"\\boxed "`` up to the next ``$``;
+- ``remove_boxed`` returns its input unchanged unless it is ``\\boxed{...}`` (raises on None);
+- ``fix_a_slash_b`` lets ``int()``'s ValueError escape for ``x/2``-like strings, so ``is_equiv`` falls back to raw
+  string equality for any answer with one non-integer slash (``"x/2 "`` ≠ ``"x/2"``); DARE's copy catches it
+  (``lenient=True``);
+- training's ``boxed_in_answer`` tests for ``"\boxed"`` written without a raw string, i.e. for a backspace character
+  followed by "oxed", which never occurs — so the "boxed inside <answer>" format bonus is really "has an <answer>".
 
-Both share ``strip_string``/``is_equiv`` (exact string equality after the Hendrycks normalisation: ``\\dfrac``→``\\frac``,
-``0.5``→``\\frac{1}{2}``, ``a/b``→``\\frac{a}{b}``, units after ``\\text{ ``, ``\\left``/``\\right``, degrees, ``\\$``, ``\\%``,
-a leading ``x =`` of at most two characters...). No numeric or symbolic equivalence: ``\\frac{1}{4}`` ≠ ``0.25``.
+``strip_string``/``is_equiv``: exact string equality after the Hendrycks normalisation (``\\dfrac``→``\\frac``,
+``0.5``→``\\frac{1}{2}``, ``a/b``→``\\frac{a}{b}``, units after ``\\text{ ``, ``\\left``/``\\right``, degrees, ``\\$``,
+``\\%`` (a bare ``%`` stays), a leading ``x =`` of at most two characters...). No numeric or symbolic equivalence.
 """
 
 from __future__ import annotations
@@ -43,14 +46,16 @@ def _fix_fracs(string: str) -> str:
     return new_str
 
 
-def _fix_a_slash_b(string: str) -> str:
+def _fix_a_slash_b(string: str, lenient: bool = False) -> str:
     if len(string.split("/")) != 2:
         return string
     a, b = string.split("/")
     try:
         ai, bi = int(a), int(b)
     except ValueError:
-        return string
+        if lenient:
+            return string
+        raise
     if string != f"{ai}/{bi}":
         return string
     return "\\frac{" + str(ai) + "}{" + str(bi) + "}"
@@ -79,7 +84,7 @@ def _fix_sqrt(string: str) -> str:
     return new_string
 
 
-def strip_string(string: str) -> str:
+def strip_string(string: str, lenient: bool = False) -> str:
     string = string.replace("\n", "")
     string = string.replace("\\!", "")
     string = string.replace("\\\\", "\\")
@@ -107,11 +112,17 @@ def strip_string(string: str) -> str:
     string = _fix_fracs(string)
     if string == "0.5":
         string = "\\frac{1}{2}"
-    string = _fix_a_slash_b(string)
+    string = _fix_a_slash_b(string, lenient)
     return string
 
 
-def is_equiv(str1: str | None, str2: str | None) -> bool:
+def is_equiv(str1, str2) -> bool:
+    """d1's ``is_equiv`` (the eval copy's float branch included; strings never take it)."""
+    if type(str1) is float or type(str2) is float:
+        try:
+            return abs(float(str1) - float(str2)) < 1e-6
+        except Exception:
+            return False
     if str1 is None and str2 is None:
         return True
     if str1 is None or str2 is None:
@@ -134,11 +145,11 @@ def _boxed_span(string: str, idx: int) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------- training copy
+# ---------------------------------------------------------------------------------------------- d1's extraction
 
 
-def train_last_boxed_only_string(string: str) -> str | None:
-    """d1 ``math500_utils.last_boxed_only_string``: the whole string when nothing is boxed."""
+def last_boxed_only_string(string: str) -> str | None:
+    """d1's ``last_boxed_only_string``: the whole string when nothing is boxed, None for unclosed braces."""
     idx = string.rfind("\\boxed")
     if "\\boxed " in string:
         return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
@@ -149,8 +160,8 @@ def train_last_boxed_only_string(string: str) -> str | None:
     return _boxed_span(string, idx)
 
 
-def train_remove_boxed(s: str) -> str:
-    """d1 ``math500_utils.remove_boxed``: raises on ``None``; a ``\\boxed `` prefix mismatch raises too."""
+def remove_boxed(s: str) -> str:
+    """d1's ``remove_boxed``: raises TypeError on None and AssertionError for a misplaced ``\\boxed ``."""
     if "\\boxed " in s:
         left = "\\boxed "
         assert s[: len(left)] == left
@@ -161,7 +172,7 @@ def train_remove_boxed(s: str) -> str:
     return s
 
 
-def train_boxed_in_answer(response: str) -> float:
+def boxed_in_answer(response: str) -> float:
     """d1 ``boxed_in_answer`` for one response (before the 0.5 weight): 1.5 with an <answer> tag, else 0.5."""
     reward = 0.0
     try:
@@ -172,30 +183,3 @@ def train_boxed_in_answer(response: str) -> float:
     # the official source writes "\boxed" in a normal string: "\b" is a backspace, so this is never found
     reward += 1.0 if "\x08oxed" in r else 0.5
     return reward
-
-
-# ---------------------------------------------------------------------------------------------- evaluation copy
-
-
-def eval_last_boxed_only_string(string: str) -> str | None:
-    """d1 ``eval/parser_helper.last_boxed_only_string``: None when nothing is boxed or braces never close."""
-    idx = string.rfind("\\boxed")
-    if "\\boxed " in string:
-        return "\\boxed " + string.split("\\boxed ")[-1].split("$")[0]
-    if idx < 0:
-        idx = string.rfind("\\fbox")
-        if idx < 0:
-            return None
-    return _boxed_span(string, idx)
-
-
-def eval_remove_boxed(s: str) -> str:
-    """d1 ``eval/parser_helper.remove_boxed``: raises (TypeError on None, AssertionError on a mismatch)."""
-    if "\\boxed " in s:
-        left = "\\boxed "
-        assert s[: len(left)] == left
-        return s[len(left) :]
-    left = "\\boxed{"
-    assert s[: len(left)] == left
-    assert s[-1] == "}"
-    return s[len(left) : -1]
