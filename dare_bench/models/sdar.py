@@ -149,7 +149,9 @@ class SDARInner(nn.Module):
     def __init__(self, cfg: dict[str, Any]):
         super().__init__()
         # padding_idx as upstream: it only freezes that row's gradient (forward is unaffected).
-        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"], padding_idx=cfg.get("pad_token_id"))
+        pad = cfg.get("pad_token_id")
+        pad = pad if pad is not None and 0 <= pad < cfg["vocab_size"] else None
+        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"], padding_idx=pad)
         self.layers = nn.ModuleList(SDARDecoderLayer(cfg, i) for i in range(cfg["num_hidden_layers"]))
         self.norm = SDARRMSNorm(cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6))
 
@@ -200,6 +202,13 @@ class SDARForCausalLM(DiffusionLM):
             stop_token_ids=tuple(int(t) for t in gen_eos),
             bos_token_id=cfg.get("bos_token_id"),
         )
+
+    @torch.no_grad()
+    def init_weights(self, std: float | None = None) -> None:
+        super().init_weights(self.config.get("initializer_range", 0.02) if std is None else std)
+        emb = self.model.embed_tokens
+        if emb.padding_idx is not None:
+            emb.weight[emb.padding_idx].zero_()  # as the official _init_weights
 
     def forward(
         self,
