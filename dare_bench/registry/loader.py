@@ -326,14 +326,15 @@ class Registry:
             )
         self.specs: dict[str, ReproductionSpec] = {}
         self.files: dict[str, Path] = {}
-        for path in sorted(self.directory.glob("*.yaml")):
-            spec = load_file(path, self.directory)
+        loaded = [(path, load_file(path, self.directory)) for path in sorted(self.directory.glob("*.yaml"))]
+        for path, spec in loaded:
             if spec.name in self.specs:
                 raise ConfigError(f"{path}: duplicate reproduction name {spec.name!r} (also in {self.files[spec.name]})")
-            if path.stem != spec.name:
-                raise ConfigError(f"{path}: file name must be the reproduction name: {spec.name}.yaml")
             self.specs[spec.name] = spec
             self.files[spec.name] = path
+        for path, spec in loaded:
+            if path.stem != spec.name:
+                raise ConfigError(f"{path}: file name must be the reproduction name: {spec.name}.yaml")
 
     def __len__(self) -> int:
         return len(self.specs)

@@ -1,0 +1,103 @@
+"""`dare-bench list` and `dare-bench show`: the reproduction registry on the command line.
+
+    dare-bench list [--backbone llada] [--algorithm bgpo] [--task sudoku] [--json]
+    dare-bench show bgpo-llada-sudoku [--json] [--scale tiny]
+
+`list --json` prints a JSON array of {"name", "algorithm", "backbone", "task", "reported": [...]};
+`show NAME --json` prints {"name", "algorithm", "backbone", "task", "paper_ref", "grader", "file", "scales": {...},
+"reported": [{"value", "metric", "source", "settings", "table", "note"}, ...]} (CI relies on these shapes).
+`--reproductions DIR` (or env DARE_BENCH_REPRODUCTIONS) reads another registry directory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+REPRO_OPTION = typer.Option(None, "--reproductions", help="Registry directory (default: DARE_BENCH_REPRODUCTIONS "
+                            "or the checkout's reproductions/).", show_default=False)
+
+
+def _reported(spec) -> list[dict]:
+    return [
+        {"value": r.value, "metric": r.metric, "source": r.source.model_dump(mode="json", exclude_none=True),
+         "settings": r.settings, "table": r.table, "note": r.note}
+        for r in spec.reported
+    ]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("list")
+    def list_cmd(
+        backbone: Optional[str] = typer.Option(None, help="llada | dream | sdar | llada2"),
+        algorithm: Optional[str] = typer.Option(None, help="e.g. bgpo, d1, coupled-grpo, baseline"),
+        task: Optional[str] = typer.Option(None, help="gsm8k | math500 | humaneval | mbpp | countdown | sudoku"),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
+        reproductions: Optional[str] = REPRO_OPTION,
+    ) -> None:
+        """List reproductions (algorithm x backbone x task) with their reported scores."""
+        from dare_bench.registry import load_registry
+
+        specs = load_registry(reproductions).select(backbone=backbone, algorithm=algorithm, task=task)
+        if as_json:
+            typer.echo(json.dumps([
+                {"name": s.name, "algorithm": s.algorithm, "backbone": s.backbone, "task": s.task,
+                 "reported": _reported(s)} for s in specs
+            ], indent=1))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{len(specs)} reproductions", show_lines=False)
+        for col in ("name", "algorithm", "backbone", "task", "reported (table: value)"):
+            table.add_column(col, overflow="fold")
+        for s in specs:
+            rep = "; ".join(
+                f"{r.table}: {r.value:g}" + (f" (gen {r.settings['gen_length']})" if "gen_length" in r.settings else "")
+                for r in s.reported
+            ) or "-"
+            table.add_row(s.name, s.algorithm, s.backbone, s.task, rep)
+        Console(width=200).print(table)
+
+    @app.command("show")
+    def show_cmd(
+        name: str = typer.Argument(..., help="Reproduction name, e.g. bgpo-llada-sudoku."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        scale: Optional[str] = typer.Option(None, help="Show only this scale (paper | official | tiny | micro)."),
+        reproductions: Optional[str] = REPRO_OPTION,
+    ) -> None:
+        """Show one reproduction: pinned config of every scale, and reported scores with their sources."""
+        from dare_bench.registry import load_registry
+
+        reg = load_registry(reproductions)
+        spec = reg.get(name)
+        scales = {k: v for k, v in spec.scales.items() if scale is None or k == scale}
+        if scale is not None and not scales:
+            spec.resolve(scale)  # raises with a suggestion
+        payload = {
+            "name": spec.name, "algorithm": spec.algorithm, "backbone": spec.backbone, "task": spec.task,
+            "paper_ref": spec.paper_ref, "grader": spec.grader, "file": str(reg.files[spec.name]),
+            "scales": {k: {**v.model_dump(mode="json"), "content_hash": spec.resolve(k).content_hash}
+                       for k, v in scales.items()},
+            "reported": _reported(spec),
+        }
+        if as_json:
+            typer.echo(json.dumps(payload, indent=1))
+            return
+        import yaml
+
+        typer.echo(f"{spec.name}: {spec.algorithm} on {spec.backbone}, task {spec.task}")
+        typer.echo(f"paper: {spec.paper_ref}")
+        typer.echo(f"file:  {payload['file']}")
+        typer.echo("\nreported scores:" if spec.reported else "\nreported scores: none")
+        for r in spec.reported:
+            extra = ", ".join(f"{k}={v}" for k, v in r.settings.items())
+            typer.echo(f"  {r.value:g} {r.metric}  [{r.table}]  source: {r.source.cite()}" + (f"  ({extra})" if extra else ""))
+            if r.note:
+                typer.echo(f"      note: {r.note}")
+        for k, v in scales.items():
+            typer.echo(f"\nscale {k} (config hash {payload['scales'][k]['content_hash'][:12]}):")
+            body = yaml.safe_dump(v.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110)
+            typer.echo("\n".join("  " + line for line in body.rstrip().splitlines()))

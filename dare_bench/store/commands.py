@@ -1,0 +1,120 @@
+"""`dare-bench runs`, `dare-bench export`, `dare-bench ingest`: the results store on the command line.
+
+    dare-bench runs [--reproduction NAME] [--scale tiny] [--status finished] [--limit 20] [--json]
+    dare-bench export --format csv|json [--output FILE]      # one row per evaluation, joined with its run
+    dare-bench ingest PATH                                    # result files from separate evaluation jobs
+
+Every command takes `--db` (a path or any SQLAlchemy URL; default: env DARE_BENCH_DB, else
+$DARE_BENCH_HOME/results.db). `ingest` validates every file before writing anything, writes them in one
+transaction, and skips what is already there (re-ingesting is a no-op); it also refreshes the reported scores
+from the registry.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+DB_OPTION = typer.Option(None, "--db", help="Database path or SQLAlchemy URL (default: DARE_BENCH_DB or "
+                         "$DARE_BENCH_HOME/results.db).", show_default=False)
+
+EXPORT_COLUMNS = (
+    "run_id", "run_uid", "reproduction", "algorithm", "backbone", "task", "scale", "seed", "status", "modified",
+    "config_hash", "code_version", "evaluation_id", "split", "data_fingerprint", "sampler_preset", "step",
+    "checkpoint", "metric", "value", "n_items", "created_at",
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("runs")
+    def runs_cmd(
+        reproduction: Optional[str] = typer.Option(None, help="Only runs of this reproduction."),
+        scale: Optional[str] = typer.Option(None, help="paper | official | tiny | micro"),
+        status: Optional[str] = typer.Option(None, help="running | finished | failed"),
+        limit: int = typer.Option(50, help="Newest N runs (0 = all)."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON array."),
+        db: Optional[str] = DB_OPTION,
+    ) -> None:
+        """List recorded runs, newest first, with their final scores."""
+        from dare_bench.errors import ConfigError
+        from dare_bench.store import Store
+        from dare_bench.store.models import RUN_STATUSES
+
+        if status is not None and status not in RUN_STATUSES:
+            raise ConfigError(f"unknown status {status!r} (one of {', '.join(RUN_STATUSES)})")
+        store = Store(db)
+        runs = store.latest_runs(reproduction=reproduction, scale=scale, status=status, limit=limit or None)
+        if as_json:
+            typer.echo(json.dumps(runs, indent=1))
+            return
+        if not runs:
+            typer.echo(f"no runs in {store.url}")
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"runs in {store.url}")
+        for col in ("id", "reproduction", "scale", "seed", "status", "score", "started", "config"):
+            table.add_column(col)
+        for r in runs:
+            score = ", ".join(f"{e['task']} {e['primary_metric']}={e['value']:.4g}" for e in r["evaluations"]) or "-"
+            cfg = r["config_hash"][:10] + (" (modified)" if r["modified"] else "")
+            table.add_row(str(r["id"]), r["reproduction"], r["scale"], str(r["seed"]), r["status"], score,
+                          r["started_at"][:19], cfg)
+        Console(width=200).print(table)
+
+    @app.command("export")
+    def export_cmd(
+        fmt: str = typer.Option(..., "--format", help="csv | json"),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
+        db: Optional[str] = DB_OPTION,
+    ) -> None:
+        """Export every evaluation with its run's identity (one row each) as CSV or JSON."""
+        from dare_bench.errors import ConfigError
+        from dare_bench.store import Store
+
+        if fmt not in ("csv", "json"):
+            raise ConfigError(f"--format must be csv or json, not {fmt!r}")
+        rows = Store(db).export_rows()
+        if fmt == "json":
+            text = json.dumps(rows, indent=1) + "\n"
+        else:
+            buf = io.StringIO()
+            metric_keys = sorted({k for r in rows for k in r["metrics"]})
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow([*EXPORT_COLUMNS, *(f"metric:{k}" for k in metric_keys)])
+            for r in rows:
+                writer.writerow([r[c] for c in EXPORT_COLUMNS] + [r["metrics"].get(k, "") for k in metric_keys])
+            text = buf.getvalue()
+        if output is None:
+            typer.echo(text, nl=False)
+        else:
+            from dare_bench.fileio import atomic_write_text
+
+            atomic_write_text(output, text)
+            typer.echo(f"wrote {len(rows)} rows to {output}", err=True)
+
+    @app.command("ingest")
+    def ingest_cmd(
+        path: Path = typer.Argument(..., help="A result file, or a directory searched for *.json result files."),
+        db: Optional[str] = DB_OPTION,
+        sync_reported: bool = typer.Option(True, help="Also refresh reported scores from the registry."),
+    ) -> None:
+        """Load result files written by separate evaluation jobs (idempotent; all or nothing)."""
+        from dare_bench.store import Store
+
+        store = Store(db)
+        counts = store.ingest(path)
+        msg = (f"ingested {counts['files']} file(s): {counts['runs']} new run(s), {counts['evaluations']} new "
+               f"evaluation(s), {counts['metrics']} metric step(s); {counts['skipped_evaluations']} already present")
+        if sync_reported:
+            from dare_bench.registry import load_registry
+
+            n = store.sync_reported(load_registry())
+            msg += f"; {n} reported scores synced"
+        typer.echo(msg)

@@ -1,0 +1,126 @@
+"""The shipped registry covers DARE's comparison tables, its BDLM recipes and JustGRPO's table, with the numbers
+of the research notes (parsed from ../shared/docs/algorithms.md, not retyped here)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dare_bench.config import ALGORITHM_KIND
+from dare_bench.registry import load_registry
+
+DOC = Path(__file__).resolve().parents[3] / "shared" / "docs" / "algorithms.md"
+COLUMN = {"Baseline": "baseline", "d1": "d1", "Coupled-GRPO": "coupled-grpo", "VRPO": "vrpo", "CJ-GRPO": "cj-grpo",
+          "SPG": "spg", "BGPO": "bgpo"}
+ROW = {"GSM8K": "gsm8k", "MATH": "math500", "HumanEval": "humaneval", "MBPP": "mbpp", "Countdown": "countdown",
+       "Sudoku": "sudoku"}
+
+
+def _table(text: str, title: str) -> list[list[str]]:
+    block = text.split(title, 1)[1]
+    out, started = [], False
+    for ln in block.splitlines():
+        if ln.startswith("|"):
+            started = True
+            out.append([c.strip() for c in ln.strip("|").split("|")])
+        elif started:
+            break
+    assert out, title
+    return [out[0]] + out[2:]
+
+
+@pytest.fixture(scope="module")
+def doc() -> str:
+    if not DOC.exists():
+        pytest.skip("shared research notes not available")
+    return DOC.read_text()
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return load_registry()
+
+
+def _value(spec, table: str, **settings) -> float:
+    hits = [r.value for r in spec.reported
+            if r.table == table and all(r.settings.get(k) == v for k, v in settings.items())]
+    assert len(hits) == 1, (spec.name, table, settings, spec.reported)
+    return hits[0]
+
+
+@pytest.mark.parametrize("title, backbone", [
+    ('"Algorithm Comparison (LLaDA-8B-Instruct)"', "llada"),
+    ('"Algorithm Comparison (Dream-7B-Instruct)"', "dream"),
+])
+def test_every_cell_of_dares_algorithm_comparison(doc, reg, title, backbone):
+    header, *rows = _table(doc, title)
+    n = 0
+    for row in rows:
+        task = ROW[row[0]]
+        for col, cell in zip(header[1:], row[1:]):
+            spec = reg.get(f"{COLUMN[col]}-{backbone}-{task}")
+            assert _value(spec, "dare-algorithm-comparison") == float(cell)
+            n += 1
+    assert n == (42 if backbone == "llada" else 24)
+
+
+def test_eval_reproduction_table_kept_separate(doc, reg):
+    header, *rows = _table(doc, '"Evaluation Result Reproduction" (base')
+    cols = {"LLaDA-8B": "llada", "Dream-7B": "dream", "SDAR-8B-Chat": "sdar", "LLaDA2.0-mini": "llada2"}
+    n = 0
+    for row in rows:
+        if row[0] not in ROW:
+            continue
+        for col, cell in zip(header[1:], row[1:]):
+            if col in cols:
+                spec = reg.get(f"baseline-{cols[col]}-{ROW[row[0]]}")
+                assert _value(spec, "dare-eval-reproduction") == float(cell)
+                n += 1
+    assert n == 16
+    both = reg.get("baseline-llada-gsm8k")
+    assert {r.table for r in both.reported} == {"dare-algorithm-comparison", "dare-eval-reproduction"}
+    assert _value(both, "dare-algorithm-comparison") != _value(both, "dare-eval-reproduction")
+
+
+def test_justgrpo_table(doc, reg):
+    line = next(ln for ln in doc.splitlines() if ln.startswith("- JustGRPO"))
+    line += doc.split(line, 1)[1].splitlines()[1]
+    for label, task in (("GSM8K", "gsm8k"), ("MATH-500", "math500"), ("HumanEval", "humaneval"), ("MBPP", "mbpp")):
+        values = re.search(rf"{label} (\d+\.\d)/(\d+\.\d)/(\d+\.\d)", line).groups()
+        spec = reg.get(f"justgrpo-llada-{task}")
+        for gen, v in zip((128, 256, 512), values):
+            assert _value(spec, "justgrpo-results", gen_length=gen) == float(v)
+
+
+def test_block_diffusion_recipes_without_scores(reg):
+    for bb in ("sdar", "llada2"):
+        for alg in ("bgpo", "ebpo", "cj-grpo"):
+            specs = reg.select(backbone=bb, algorithm=alg)
+            assert specs and all(not s.reported for s in specs)
+            for s in specs:
+                sampler = s.scales["paper"].eval.sampler
+                assert sampler.block_length in (4, 32) and sampler.gen_length == 2048
+
+
+def test_bgpo_llada_sudoku_reports_42_6_with_source(reg, doc):
+    spec = reg.get("bgpo-llada-sudoku")
+    (r,) = spec.reported
+    header, *rows = _table(doc, '"Algorithm Comparison (LLaDA-8B-Instruct)"')
+    sudoku = next(row for row in rows if row[0] == "Sudoku")
+    assert r.value == float(sudoku[header.index("BGPO")]) == 42.6
+    assert r.source.ref == "yjyddq/DARE" and r.source.file == "README.md" and "LLaDA-8B-Instruct" in r.source.table
+
+
+def test_every_file_is_documented_and_resolves(reg):
+    for spec in reg:
+        head = reg.files[spec.name].read_text().split("\nname:", 1)[0]
+        assert f"dare-bench reproduce {spec.name}" in head and "# Paper:" in head, spec.name
+        hashes = {spec.resolve(s).content_hash for s in spec.scales}
+        assert len(hashes) == len(spec.scales)
+        for scale, prof in spec.scales.items():
+            assert prof.train.kind == ALGORITHM_KIND[spec.algorithm]
+            if scale in ("tiny", "micro"):
+                assert prof.model.preset == f"tiny-{spec.backbone}"
+                assert prof.train.kind == "none" or prof.train.lr <= 2e-5  # feasibility: larger lr hurt RL
+        micro = spec.scales["micro"]
+        assert micro.eval.limit <= 16 and (micro.train.steps or 0) <= 3 and micro.base.steps <= 50
