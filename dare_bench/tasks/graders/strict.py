@@ -132,7 +132,8 @@ def final_answer(text: str) -> tuple[str | None, list[str]]:
     """The graded answer (last box, else last <answer> body) and every boxed answer."""
     from dare_bench.tasks.graders.d1 import last_answer_tag
 
-    boxes = all_boxed(text)
+    # an empty or "..." box is a format placeholder, not an answer
+    boxes = [b for b in all_boxed(text) if not re.fullmatch(r"\s*\.*\s*", b)]
     if boxes:
         return boxes[-1].strip(), boxes
     return last_answer_tag(text), boxes
