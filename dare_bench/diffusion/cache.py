@@ -28,16 +28,24 @@ Forward = Callable[..., torch.Tensor]
 
 
 class ExactBlockCache:
-    """Keys / values of committed blocks `[0, length)` of a block-causal model, grown block by block."""
+    """Keys / values of committed blocks `[0, length)` of a block-causal model, grown block by block.
+
+    A finished block is not encoded on its own: `commit` only marks it pending, and the next `block_logits` call
+    runs `[pending block | current block]` in one forward under the block-causal mask, storing the pending block's
+    keys / values (which see only the cache and themselves, exactly as a separate commit forward would) and
+    returning the current block's logits. This saves one model call per block over the official SDAR loop.
+    """
 
     def __init__(self, model, block_size: int, forward: Forward):
         self.cache = model.new_kv_cache()
         self.block_size = block_size
         self.forward = forward
+        self.pending: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
-        return len(self.cache)
+        """Committed positions, pending block included."""
+        return len(self.cache) + (0 if self.pending is None else self.pending.shape[1])
 
     def prefill(self, ids: torch.Tensor) -> None:
         """Encode whole prompt blocks `ids` (`[B, n*b]`, starting at position 0) into the cache."""
@@ -51,18 +59,36 @@ class ExactBlockCache:
         self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
 
     def block_logits(self, block_ids: torch.Tensor) -> torch.Tensor:
-        """Logits of the current block (positions `[length, length + b)`) against the cache, cache unchanged.
-
-        Every cached key is an earlier block and the block is bidirectional inside, so no mask is needed."""
-        start = self.length
-        pos = torch.arange(start, start + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
-        return self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=False)
+        """Logits of the current block (positions `[length, length + b)`) against the committed blocks."""
+        cached = len(self.cache)
+        if self.pending is None:
+            # every cached key is an earlier block and the block is bidirectional inside: no mask needed
+            pos = torch.arange(cached, cached + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
+            return self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=False)
+        prev = self.pending
+        ids = torch.cat([prev, block_ids], dim=1)
+        n = ids.shape[1]
+        pos = torch.arange(cached, cached + n, device=ids.device).expand(ids.shape[0], n)
+        mask = block_causal_mask(n, cached + n, self.block_size, q_offset=cached, device=ids.device)
+        logits = self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
+        self.cache.crop(cached + prev.shape[1])
+        self.pending = None
+        return logits[:, prev.shape[1]:]
 
     def commit(self, block_ids: torch.Tensor) -> None:
-        """Append the finished block's keys / values (one more forward, as the official SDAR sampler does)."""
-        start = self.length
-        pos = torch.arange(start, start + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
-        self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=True)
+        """Mark a finished block as committed; its keys / values are stored by the next `block_logits`."""
+        if self.pending is not None:
+            self.flush()
+        self.pending = block_ids.clone()
+
+    def flush(self) -> None:
+        """Store a pending block now (one forward), e.g. before handing the cache to someone else."""
+        if self.pending is None:
+            return
+        prev, self.pending = self.pending, None
+        start = len(self.cache)
+        pos = torch.arange(start, start + prev.shape[1], device=prev.device).expand_as(prev)
+        self.forward(prev, position_ids=pos, kv_cache=self.cache, update_cache=True)
 
 
 class FastDLLMCache:

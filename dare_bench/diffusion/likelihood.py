@@ -95,7 +95,8 @@ def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tens
         attention_mask = attention_mask.gather(1, order)
     if traits.is_block_diffusion:
         if clean_ids is None:
-            raise ConfigError(f"{traits.family} is a block-diffusion backbone: pass clean_ids for the [noisy; clean] layout")
+            raise ConfigError(f"{traits.family} is a block-diffusion backbone: pass clean_ids for the "
+                              "[noisy; clean] training layout")
         from dare_bench.models.block import training_forward
 
         logits = training_forward(model, noisy_ids, clean_ids, attention_mask=attention_mask)

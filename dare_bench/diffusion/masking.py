@@ -16,7 +16,7 @@ sampling: same t, same masks). Samplers (official source in brackets):
     iid_masks          LLaDA forward process, p = (1-eps) t + eps, t ~ U(0,1) per copy   [LLaDA GUIDELINES.md]
     stratified_masks   LLaDA discrete stratified estimator, counts round(linspace(k, ...))  [LLaDA get_log_likelihood,
                        DARE _forward_process_bgpo / _forward_process_vrpo]
-    coupled_masks      Coupled-GRPO: full / U<t / U>t copies, t ~ U(0.2, 0.8)             [_forward_process_coupled_grpo]
+    coupled_masks      Coupled-GRPO: full / U<t / U>t copies, t ~ U(0.2, 0.8)   [_forward_process_coupled_grpo]
     d1_masks           d1: completion fully masked, prompt masked w.p. 0.15               [_forward_process_d1]
     spg_block_masks    SPG block-wise masks                                                [_forward_process_spg]
     ebpo_block_masks   EBPO: one stratified level per (copy, block), >= 1 mask per block  [_forward_process_ebpo]
@@ -97,7 +97,8 @@ class MaskDraw:
     def noisy_ids(self, input_ids: torch.Tensor, mask_token_id: int) -> torch.Tensor:
         """Model inputs `[B, n, L]`: `input_ids` `[B, L]` with the mask token where `mask`."""
         if input_ids.shape != self.response_mask.shape:
-            raise DataError(f"input_ids {tuple(input_ids.shape)} do not match the draw's {tuple(self.response_mask.shape)}")
+            raise DataError(f"input_ids {tuple(input_ids.shape)} do not match the draw's "
+                            f"{tuple(self.response_mask.shape)}")
         ids = input_ids[:, None, :].expand_as(self.mask)
         return torch.where(self.mask, torch.as_tensor(mask_token_id, dtype=ids.dtype, device=ids.device), ids)
 
@@ -448,10 +449,14 @@ def ebpo_block_index(attention_mask: torch.Tensor, prompt_len, block_length: int
     if not isinstance(block_length, int) or block_length < 1:
         raise ConfigError(f"block_length must be a positive integer, got {block_length!r}")
     prompt, response = prompt_response_masks(attention_mask, prompt_len)
-    offset = prompt.sum(dim=1, keepdim=True) if block_origin == "global" else torch.zeros_like(prompt[:, :1], dtype=torch.long)
+    if block_origin == "global":
+        offset = prompt.sum(dim=1, keepdim=True)
+    else:
+        offset = torch.zeros_like(prompt[:, :1], dtype=torch.long)
     compact = offset + torch.cumsum(response.long(), dim=1) - 1
     raw = torch.div(compact, block_length, rounding_mode="floor")
-    first = torch.where(response, raw, torch.full_like(raw, torch.iinfo(torch.long).max)).min(dim=1, keepdim=True).values
+    big = torch.full_like(raw, torch.iinfo(torch.long).max)
+    first = torch.where(response, raw, big).min(dim=1, keepdim=True).values
     return torch.where(response, raw - first, torch.full_like(raw, -1))
 
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from dare_bench.diffusion.likelihood import (
     aligned_logits,
+    elbo_term_from_logits,
     block_sums,
     coupled_token_logprobs,
     d1_token_logprobs,
@@ -426,3 +427,34 @@ def test_masked_token_terms_and_block_sums():
         masked_token_terms(logits, tgt, lm, torch.zeros_like(p))
     with pytest.raises(DataError):
         token_logprobs(logits, tgt[:, :4])
+
+
+def test_espo_sequence_elbo_matches_official_fixture():
+    """DARE `compute_espo_sequence_elbo` on the rows of the official `_forward_process_espo` (seed 11): our sampler
+    regenerates the masks, `elbo_term_from_logits` with complement logits gives the sequence ELBO and gradients."""
+    from tests.conftest import LOSSES
+
+    st = LOSSES / "espo" / "cases.safetensors"
+    if not st.exists():
+        pytest.skip(f"fixture {st} absent")
+    from safetensors.torch import load_file
+
+    T = load_file(str(st))
+    am = torch.zeros(1, 14, dtype=torch.long)
+    am[0, :12] = 1
+    draw = espo_masks(am, 4, generator=torch.Generator().manual_seed(11), n=4)
+    cases = [(r, rv) for r in range(4) for rv in (True, False) if f"seq_elbo_row{r}_reduce_var_{rv}/in/logits" in T]
+    assert len(cases) >= 5
+    for r, rv in cases:
+        k = f"seq_elbo_row{r}_reduce_var_{rv}/"
+        assert torch.equal(draw.mask[0, r], T[k + "in/mask_indices"])
+        logits = T[k + "in/logits"][None].clone().requires_grad_(True)
+        comp = T[k + "in/coupled_logits"][None].clone().requires_grad_(True)
+        targets = T[k + "in/targets"][None]
+        term = elbo_term_from_logits(logits, targets, draw, r, complement_logits=comp if rv else None)
+        assert term.total.item() == pytest.approx(T[k + "out/sequence_elbo"].item(), rel=1e-12, abs=1e-12)
+        if term.total.requires_grad:
+            g_logits, g_comp = torch.autograd.grad(term.total.sum(), (logits, comp), allow_unused=True)
+            assert torch.allclose(g_logits[0], T[k + "grad/logits"], atol=1e-14)
+            want_comp = T[k + "grad/coupled_logits"]
+            assert torch.allclose(torch.zeros_like(want_comp) if g_comp is None else g_comp[0], want_comp, atol=1e-14)

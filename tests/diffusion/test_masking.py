@@ -254,7 +254,8 @@ def test_spg_block_structure():
                 m = d.mask[b, j, P:]
                 before_p = 0.15 if mask_prompt else 0.0
                 p_row = d.p_mask[b, j, P:]
-                k = next(c for c in range(4) if not torch.isclose(p_row[c * bl], torch.tensor(before_p, dtype=p_row.dtype)))
+                before = torch.tensor(before_p, dtype=p_row.dtype)
+                k = next(c for c in range(4) if not torch.isclose(p_row[c * bl], before))
                 assert torch.allclose(d.p_mask[b, j, :P + k * bl], torch.tensor(before_p, dtype=p_row.dtype))
                 len_k = min(bl, clen - k * bl)
                 assert 1 <= int(m[k * bl:k * bl + len_k].sum()) <= len_k  # block k: 1..len_k masks
@@ -263,13 +264,15 @@ def test_spg_block_structure():
                 if not mask_prompt:
                     assert not bool(m[:k * bl].any()) and not bool(d.mask[b, j, :P].any())
                 got_p = d.p_mask[b, j, P + k * bl]
-                assert torch.isclose(got_p, m[k * bl:k * bl + len_k].sum() / torch.tensor(float(len_k), dtype=got_p.dtype))
+                want_p = m[k * bl:k * bl + len_k].sum() / torch.tensor(float(len_k), dtype=got_p.dtype)
+                assert torch.isclose(got_p, want_p)
 
 
 def test_ebpo_every_block_masked_and_levels_stratified():
     am, _ = layout(B=3, P=4, R=8, prompt_pads=(0, 1, 2), response_lens=(8, 5, 7))
     bi = ebpo_block_index(am, 4, 3)
-    # global origin: compact position = valid prompt tokens + offset; row 1 has 3 prompt tokens -> compact 3..7 -> blocks [0,0,0,1,1]
+    # global origin: compact position = valid prompt tokens + offset;
+    # row 1 has 3 prompt tokens -> compact 3..7 -> raw blocks 1,1,1,2,2 -> renumbered [0,0,0,1,1]
     assert bi[1, 4:9].tolist() == [0, 0, 0, 1, 1]
     assert bi[0, 4:12].tolist() == [0, 0, 1, 1, 1, 2, 2, 2]  # 4 prompt tokens: first block has 2 completion tokens
     assert (ebpo_block_index(am, 4, 3, "response")[0, 4:12]).tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
