@@ -1,0 +1,564 @@
+"""The shared RL loop: rollout → reward → advantages → prepare (old / ref terms) → μ updates; checkpoints; metrics.
+
+The loop never names an algorithm, a backbone or a task. The algorithm plug-in (`trainers/algorithms/`) supplies
+advantages, `prepare` and `backward`; the backbone's `traits` give mask / eos / pad ids; the task gives prompts and
+rewards. One loop step = one rollout batch (`batch_prompts` prompts × `group_size` completions) followed by up to μ
+optimizer steps on it; `train.steps` counts optimizer steps, so a run has ceil(steps / μ) loop steps.
+
+    from dare_bench.trainers.loop import train_rl
+    result = train_rl(policy, tokenizer, task, "d1", run_config.profile.train, sink=sink,
+                      checkpoint_dir=run_dir / "checkpoints", resume=True, seed=0)
+    result.history[-1]["reward_mean"], result.checkpoint
+
+Per step, in order: prompts (deterministic order from the seed; position saved in checkpoints) → rollouts with
+`diffusion.sampling.generate` (train.rollout settings + `algo.rollout_overrides`, trajectories when the plug-in asks)
+→ decode up to the first stop token and grade with the task's grader → completion mask (up to and including the
+first EOS) → `algo.advantages` → `algo.prepare` → μ × micro-batches of `algo.backward` (gradient accumulation,
+loss scale 1 / #micro-batches as the official trainers) → grad-norm clip → AdamW → LR scheduler. Metrics go to
+`sink(step, dict)`: reward mean / std / accuracy, the plug-in's loss terms (loss, kl, clip_frac, entropy ...),
+grad norm, lr, rollout tokens-per-forward, seconds per stage (rollout / reward / prepare / update), peak memory.
+
+LoRA (`train.lora`): adapters via peft; the reference for a KL term is the same model with adapters disabled (d1's
+`disable_adapter()`), so no second copy exists. Full fine-tuning with `beta_kl > 0`: a frozen copy of the starting
+policy (or the `reference` argument).
+
+Commands (the pipeline calls this function; these run one reproduction through it):
+    CPU:       dare-bench reproduce d1-llada-sudoku --scale tiny
+    one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --device cuda
+    torchrun:  torchrun --nproc_per_node 8 -m dare_bench.cli reproduce d1-llada-sudoku --scale paper --device cuda
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import resource
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from dare_bench.errors import ConfigError
+from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
+from dare_bench.trainers.checkpoint import (
+    capture_rng,
+    is_peft,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from dare_bench.trainers.distributed import (
+    DistInfo,
+    all_reduce_grads,
+    all_reduce_metrics,
+    barrier,
+    dist_info,
+    gather_objects,
+    shard_rows,
+)
+
+MetricsSink = Callable[[int, dict[str, float]], Any]
+# Metrics that measure the machine, not the run: they differ between a resumed and an uninterrupted run.
+TIMING_KEYS = ("time_rollout_s", "time_reward_s", "time_prepare_s", "time_update_s", "time_step_s",
+               "peak_memory_mb")
+COSINE_MIN_LR_RATE = 0.1  # cosine_with_min_lr: floor as a fraction of the peak lr
+
+
+@dataclass
+class TrainResult:
+    """What `train_rl` hands back to the pipeline."""
+
+    final_step: int  # loop steps (rollout batches) completed
+    optimizer_steps: int
+    history: list[dict[str, float]]  # one metrics dict per loop step, including the resumed-from part
+    checkpoint: Path | None  # the last checkpoint written (or resumed from), None without checkpoint_dir
+    policy: Any  # the trained model (a PEFT model for LoRA runs)
+    resumed_from: int | None = None  # step of the checkpoint the run resumed from
+    info: dict[str, Any] = field(default_factory=dict)  # algorithm config, resolved sampler settings, data size
+
+
+# --- settings ---------------------------------------------------------------------------------------------------
+def _train_settings(train_cfg):
+    from dare_bench.config import TrainSettings
+
+    if isinstance(train_cfg, TrainSettings):
+        cfg = train_cfg
+    else:
+        try:
+            cfg = TrainSettings(**dict(train_cfg))
+        except Exception as exc:  # pydantic ValidationError: one line for the user
+            raise ConfigError(f"invalid train settings: {exc}") from None
+    if cfg.kind != "rl":
+        raise ConfigError(f"train_rl runs train.kind=rl, got {cfg.kind!r}")
+    return cfg
+
+
+def algorithm_settings(cfg) -> dict[str, Any]:
+    """The plug-in's config dict from `TrainSettings`: the shared GRPO fields plus `train.algorithm` knobs.
+
+    Unset fields (None) are left to the plug-in's defaults; `advantage: algorithm` means the plug-in's own.
+    """
+    out: dict[str, Any] = {
+        "kl_beta": cfg.beta_kl,
+        "kl_estimator": cfg.kl_estimator,
+        "mc_samples": cfg.mc_samples,
+        "loss_agg": cfg.loss_agg,
+    }
+    for src, dst in (("clip_eps", "clip_eps"), ("clip_eps_high", "clip_eps_high"), ("clip_ratio_c", "clip_ratio_c")):
+        value = getattr(cfg, src)
+        if value is not None:
+            out[dst] = value
+    if cfg.advantage != "algorithm":
+        out["advantage"] = cfg.advantage
+    out.update(cfg.algorithm)
+    return out
+
+
+def rollout_settings(sampler) -> dict[str, Any]:
+    """`generate()` keyword arguments from a `SamplerSettings`: every field that is set, plus `extra`.
+
+    Fields at their schema default that only one sampler family knows (remasking, cfg_scale) are left out, so the
+    same settings object drives every backbone's sampler.
+    """
+    d = sampler.model_dump() if hasattr(sampler, "model_dump") else dict(sampler)
+    extra = dict(d.pop("extra", None) or {})
+    d.pop("name", None)
+    out = {k: v for k, v in d.items() if v is not None}
+    if out.get("remasking") == "low_confidence":
+        out.pop("remasking")
+    if out.get("cfg_scale") == 0.0:
+        out.pop("cfg_scale")
+    out.update(extra)
+    return out
+
+
+def build_scheduler(optimizer, name: str, warmup_steps: int, total_steps: int):
+    """LambdaLR with the Hugging Face schedule shapes (first step at warmup factor 0, as HF Trainer)."""
+    w, total = int(warmup_steps), max(1, int(total_steps))
+
+    def warm(s: int) -> float | None:
+        return float(s) / float(max(1, w)) if s < w else None
+
+    def progress(s: int) -> float:
+        return float(s - w) / float(max(1, total - w))
+
+    if name == "constant":
+        fn = lambda s: 1.0  # noqa: E731
+    elif name == "constant_with_warmup":
+        fn = lambda s: warm(s) if s < w else 1.0  # noqa: E731
+    elif name == "linear":
+        fn = lambda s: warm(s) if s < w else max(0.0, float(total - s) / float(max(1, total - w)))  # noqa: E731
+    elif name == "cosine":
+        fn = lambda s: warm(s) if s < w else max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress(s))))  # noqa: E731
+    elif name == "cosine_with_min_lr":
+        def fn(s: int) -> float:
+            if s < w:
+                return warm(s)
+            cos = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress(s))))
+            return COSINE_MIN_LR_RATE + (1 - COSINE_MIN_LR_RATE) * cos
+    else:
+        raise ConfigError(f"unknown lr_schedule {name!r}")
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+# --- LoRA / reference -------------------------------------------------------------------------------------------
+def default_lora_targets(model) -> list[str]:
+    """Every Linear except the output head (a Linear whose outputs are the vocabulary)."""
+    vocab = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    return [name for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and m.out_features not in vocab]
+
+
+def apply_lora(model, lora) -> Any:
+    """Wrap `model` with LoRA adapters (peft). The adapters start at B = 0, so the first forward equals the base."""
+    if lora.quant_4bit:
+        raise ConfigError("train.lora.quant_4bit (a 4-bit quantised base) needs bitsandbytes on CUDA and is not "
+                          "implemented; override train.lora.quant_4bit=false to train LoRA on the full-precision base")
+    import peft
+
+    targets = lora.target_modules or default_lora_targets(model)
+    config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
+    return peft.get_peft_model(model, config)
+
+
+class AdapterDisabled:
+    """The LoRA policy with its adapters switched off: the reference model without a second copy of the weights."""
+
+    def __init__(self, peft_model):
+        self.model = peft_model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+    def parameters(self):
+        return self.model.parameters()
+
+
+def frozen_copy(model):
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
+# --- data order --------------------------------------------------------------------------------------------------
+class PromptStream:
+    """Items in a seeded random order, reshuffled every epoch; `state()` / `load_state()` give the data position."""
+
+    def __init__(self, n: int, seed: int):
+        if n < 1:
+            raise ConfigError("the task has no training items")
+        self.n, self.seed, self.epoch, self.pos = n, int(seed), 0, 0
+        self._order = self._perm(0)
+
+    def _perm(self, epoch: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def take(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            if self.pos == self.n:
+                self.epoch, self.pos = self.epoch + 1, 0
+                self._order = self._perm(self.epoch)
+            out.append(self._order[self.pos])
+            self.pos += 1
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.pos, "items": self.n}
+
+    def load_state(self, st: dict[str, int]) -> None:
+        if st["items"] != self.n:
+            raise ConfigError(f"checkpoint was made with {st['items']} training items, this run has {self.n}")
+        self.epoch, self.pos = int(st["epoch"]), int(st["position"])
+        self._order = self._perm(self.epoch)
+
+
+# --- rollout helpers ---------------------------------------------------------------------------------------------
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of a prompt, without special tokens (templated prompts already carry them)."""
+    if callable(tokenizer):
+        enc = tokenizer(text, add_special_tokens=False)
+        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+    else:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = list(ids)
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    if not ids:
+        raise ConfigError(f"prompt tokenizes to nothing: {text[:60]!r}")
+    return [int(i) for i in ids]
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def completion_mask(completion: torch.Tensor, stop_ids: Sequence[int]) -> torch.Tensor:
+    """1 for every token up to and including the first stop token (all tokens when there is none)."""
+    is_stop = torch.zeros_like(completion, dtype=torch.bool)
+    for t in stop_ids:
+        is_stop |= completion == int(t)
+    # positions strictly after the first stop have a stop token before them
+    before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()
+    return (before == 0).long()
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return kb / 2**20 if sys.platform == "darwin" else kb / 2**10
+
+
+def _mean_metrics(records: list[dict[str, float]]) -> dict[str, float]:
+    keys = sorted({k for r in records for k in r})
+    return {k: sum(r[k] for r in records if k in r) / sum(1 for r in records if k in r) for k in keys}
+
+
+# --- the loop ----------------------------------------------------------------------------------------------------
+def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, reference=None,
+             sink: MetricsSink | None = None, checkpoint_dir: str | Path | None = None, resume: bool = False,
+             seed: int = 0, progress: bool = True, items: Sequence[Any] | None = None, grader: str = "dare",
+             prompt_template: Any = "plain", micro_batch_size: int | None = None, keep_last: int | None = None,
+             stop_after: int | None = None, dist: DistInfo | None = None) -> TrainResult:
+    """Post-train `policy` with the RL algorithm `algorithm_name` on `task`; see the module docstring.
+
+    train_cfg: a `dare_bench.config.TrainSettings` (kind "rl") or a dict of its fields.
+    reference: model for the KL term when fully fine-tuning (default: a frozen copy of the starting policy);
+        ignored with LoRA (the reference is the policy with adapters disabled).
+    sink: called as `sink(step, metrics)` after every loop step (rank 0 only); steps are 1-based.
+    checkpoint_dir / resume: checkpoints every `train.checkpoint_every` loop steps and at the end; with `resume`,
+        continue from the latest complete checkpoint there (metrics history included) if one exists.
+    items: training items (default `task.load("train")`); prompt_template: "plain" or a chat tokenizer
+        (`task.format_prompt`); grader: the task grader that gives the reward.
+    micro_batch_size: rows per forward / backward (default: the whole rollout batch of this rank).
+    stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
+        simulate an interrupted run.
+    """
+    cfg = _train_settings(train_cfg)
+    dist = dist or dist_info()
+    traits = policy.traits
+    device = next(policy.parameters()).device
+
+    algo_cls = get_algorithm(algorithm_name)
+    algo = algo_cls(algorithm_settings(cfg), traits)
+    n_prompts, group = int(cfg.batch_prompts), int(cfg.group_size)
+    local_prompts = shard_rows(n_prompts, dist)
+    rows_local = (local_prompts.stop - local_prompts.start) * group
+    micro = int(micro_batch_size or rows_local)
+    if micro < 1:
+        raise ConfigError(f"micro_batch_size must be >= 1, got {micro}")
+    algo.forward_batch_size = micro
+    mu = int(cfg.mu)
+    total_opt_steps = int(cfg.steps) if cfg.steps is not None else None
+
+    if items is None:
+        items = list(task.load("train"))
+    items = list(items)
+    if total_opt_steps is None:
+        loop_steps_per_epoch = math.ceil(len(items) / n_prompts)
+        total_opt_steps = math.ceil(float(cfg.epochs) * loop_steps_per_epoch) * mu
+    total_loop_steps = math.ceil(total_opt_steps / mu)
+
+    # -- model, reference, optimizer -----------------------------------------------------------------------------
+    if cfg.lora is not None:
+        policy = apply_lora(policy, cfg.lora)
+    policy.train()
+    ref_model = None
+    if algo.config.kl_beta > 0:
+        if is_peft(policy):
+            ref_model = AdapterDisabled(policy)
+        else:
+            ref_model = reference if reference is not None else frozen_copy(policy)
+    if cfg.ref_sync_steps is not None:
+        if is_peft(policy):
+            warnings.warn("train.ref_sync_steps has no effect with LoRA: the reference is the base model with "
+                          "adapters disabled", stacklevel=2)
+        elif algo.config.kl_beta > 0:
+            raise ConfigError("train.ref_sync_steps (periodic reference refresh) is not implemented for full "
+                              "fine-tuning; unset it or use LoRA")
+    params = [p for p in policy.parameters() if p.requires_grad]
+    if not params:
+        raise ConfigError("the policy has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=float(cfg.lr), betas=tuple(cfg.adam_betas),
+                                  weight_decay=float(cfg.weight_decay))
+    scheduler = build_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps, total_opt_steps)
+
+    # -- RNG and data order (same prompt order on every rank; rollouts / masks per rank) -------------------------
+    stream = PromptStream(len(items), seed)
+    rollout_gen = torch.Generator(device=device).manual_seed(seed * 7919 + 17 + dist.rank)
+    algo_gen = torch.Generator().manual_seed(seed * 7919 + 29 + dist.rank)
+    generators = {"rollout": rollout_gen, "algorithm": algo_gen}
+
+    sampler_settings = rollout_settings(cfg.rollout)
+    sampler_settings.update(algo.rollout_overrides)
+    stop_ids = tuple(dict.fromkeys((int(traits.eos_token_id), *map(int, traits.stop_token_ids))))
+    prompt_cache: dict[int, list[int]] = {}
+
+    history: list[dict[str, float]] = []
+    step = opt_step = 0
+    resumed_from = None
+    last_ckpt: Path | None = None
+    ckpt_root = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    if resume and ckpt_root is not None:
+        found = latest_checkpoint(ckpt_root)
+        if found is not None:
+            state, rng = load_checkpoint(found, model=policy, optimizer=optimizer, scheduler=scheduler)
+            if state.get("algorithm") != algo.name:
+                raise ConfigError(f"{found} is a checkpoint of algorithm {state.get('algorithm')!r}, not {algo.name!r}")
+            step, opt_step = int(state["step"]), int(state["optimizer_steps"])
+            history = list(state["history"])
+            stream.load_state(state["data"])
+            ranks = rng if isinstance(rng, list) else [rng]
+            if len(ranks) != dist.world_size:
+                raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {dist.world_size}")
+            restore_rng(ranks[dist.rank], generators)
+            resumed_from, last_ckpt = step, found
+
+    info = {"algorithm": algo.name, "algorithm_config": algo.config.model_dump(), "sampler": sampler_settings,
+            "train_items": len(items), "total_loop_steps": total_loop_steps, "total_optimizer_steps": total_opt_steps,
+            "micro_batch_size": micro, "world_size": dist.world_size}
+
+    def checkpoint_now() -> Path | None:
+        if ckpt_root is None:
+            return None
+        rng_all = gather_objects(capture_rng(generators), dist)
+        path = None
+        if dist.is_main:
+            trainer_state = {"algorithm": algo.name, "optimizer_steps": opt_step, "data": stream.state(),
+                             "history": history, "seed": seed, "info": _jsonable(info)}
+            path = save_checkpoint(ckpt_root, step, model=policy, optimizer=optimizer, scheduler=scheduler,
+                                   trainer_state=trainer_state, rng=rng_all, keep_last=keep_last)
+        barrier(dist)
+        return path or checkpoint_path_for(ckpt_root, step)
+
+    bar = None
+    if progress and dist.is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_loop_steps, initial=step, desc=f"rl {algo.name}", unit="step")
+    done_here = 0
+    try:
+        while opt_step < total_opt_steps:
+            if stop_after is not None and done_here >= stop_after:
+                return TrainResult(step, opt_step, history, last_ckpt, policy, resumed_from, info)
+            t_step = time.perf_counter()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            # -- prompts and rollouts --------------------------------------------------------------------------
+            idx = stream.take(n_prompts)[local_prompts]
+            for i in idx:
+                if i not in prompt_cache:
+                    prompt_cache[i] = encode(tokenizer, task.format_prompt(items[i], prompt_template))
+            prompt_ids, prompt_mask = left_pad([prompt_cache[i] for i in idx], traits.pad_token_id)
+            prompt_ids = prompt_ids.repeat_interleave(group, dim=0).to(device)
+            prompt_mask = prompt_mask.repeat_interleave(group, dim=0).to(device)
+            t0 = time.perf_counter()
+            from dare_bench.diffusion.sampling import generate
+
+            with torch.no_grad():
+                out = generate(policy, prompt_ids, prompt_mask if bool((prompt_mask == 0).any()) else None,
+                               generator=rollout_gen, return_trajectory=algo.needs_trajectory, **sampler_settings)
+            policy.train()
+            p_len = prompt_ids.shape[1]
+            comp = out.canvas[:, p_len:].clone()
+            cmask = completion_mask(comp, stop_ids)
+            leftover = comp == int(traits.mask_token_id)
+            unfinished = float((leftover & cmask.bool()).any(dim=1).float().mean())
+            comp[leftover] = int(traits.eos_token_id if traits.eos_token_id is not None else traits.pad_token_id)
+            t_rollout = time.perf_counter() - t0
+            # -- rewards ---------------------------------------------------------------------------------------
+            t0 = time.perf_counter()
+            rewards, correct = [], []
+            for r in range(comp.shape[0]):
+                n_tok = int(cmask[r].sum())
+                kept = [t for t in comp[r, :n_tok].tolist() if t not in stop_ids]
+                text = tokenizer.decode(kept, skip_special_tokens=True)
+                res = task.grade(text, items[idx[r // group]], grader)
+                rewards.append(float(res.reward))
+                correct.append(float(bool(res.correct)))
+            rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
+            batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
+                                 trajectories=_split_trajectory(out.trajectory, comp.shape[0]))
+            adv = algo.advantages(rewards_t, group)
+            t_reward = time.perf_counter() - t0
+            # -- old / ref terms -------------------------------------------------------------------------------
+            t0 = time.perf_counter()
+            n_updates = min(mu, total_opt_steps - opt_step)
+            state = algo.prepare(batch, policy, ref_model, generator=algo_gen, num_iterations=n_updates)
+            t_prepare = time.perf_counter() - t0
+            # -- μ updates ---------------------------------------------------------------------------------------
+            t0 = time.perf_counter()
+            n = batch.num_rows
+            slices = [slice(a, min(a + micro, n)) for a in range(0, n, micro)]
+            algo_records, grad_norms = [], []
+            for it in range(n_updates):
+                optimizer.zero_grad(set_to_none=True)
+                for sl in slices:
+                    algo_records.append(algo.backward(policy, batch.select(sl), state.select(sl), adv[sl],
+                                                      loss_scale=1.0 / len(slices), iteration=it))
+                all_reduce_grads(params, dist)
+                max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+                lr_now = optimizer.param_groups[0]["lr"]
+                optimizer.step()
+                scheduler.step()
+                opt_step += 1
+            optimizer.zero_grad(set_to_none=True)
+            t_update = time.perf_counter() - t0
+            step += 1
+            done_here += 1
+            # -- metrics -----------------------------------------------------------------------------------------
+            grouped = rewards_t.view(-1, group)
+            metrics = {
+                "optimizer_step": float(opt_step),
+                "lr": float(lr_now),
+                "reward_mean": float(rewards_t.mean()),
+                "reward_std": float(rewards_t.std()) if rewards_t.numel() > 1 else 0.0,
+                "accuracy": sum(correct) / len(correct),
+                "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if group > 1 else 1.0,
+                "completion_tokens": float(cmask.sum(dim=1).float().mean()),
+                "unfinished": unfinished,
+                "advantage_abs_mean": float(adv.abs().mean()),
+                "grad_norm": sum(grad_norms) / len(grad_norms),
+                "tokens_per_forward": float(out.stats.tokens_per_forward),
+                "rollout_forwards": float(out.stats.forwards),
+            }
+            metrics.update(_mean_metrics(algo_records))
+            metrics.update({"time_rollout_s": t_rollout, "time_reward_s": t_reward, "time_prepare_s": t_prepare,
+                            "time_update_s": t_update})
+            metrics = all_reduce_metrics(metrics, dist)
+            metrics["time_step_s"] = time.perf_counter() - t_step
+            metrics["peak_memory_mb"] = _peak_memory_mb(device)
+            metrics["step"] = float(step)
+            history.append(metrics)
+            if sink is not None and dist.is_main:
+                sink(step, dict(metrics))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", loss=f"{metrics.get('loss', 0.0):.4f}")
+            every = cfg.checkpoint_every
+            if every is not None and step % every == 0 and opt_step < total_opt_steps:
+                last_ckpt = checkpoint_now()
+        if ckpt_root is not None and done_here > 0:
+            last_ckpt = checkpoint_now()
+    finally:
+        if bar is not None:
+            bar.close()
+    return TrainResult(step, opt_step, history, last_ckpt, policy, resumed_from, info)
+
+
+def checkpoint_path_for(root: Path, step: int) -> Path:
+    from dare_bench.trainers.checkpoint import checkpoint_path
+
+    return checkpoint_path(root, step)
+
+
+def _split_trajectory(traj, n: int):
+    """The sampler's batch `Trajectory` as one `Trajectory` per row (tensors with a batch axis sliced to [1, ...]),
+    so that `RolloutBatch.select` keeps rows and trajectories aligned; None when none was recorded."""
+    if traj is None:
+        return None
+
+    def cut(v, r):
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n:
+            return v[r:r + 1]
+        if isinstance(v, dict):
+            return {k: cut(x, r) for k, x in v.items()}
+        return v
+
+    rows = []
+    for r in range(n):
+        steps = [dataclasses.replace(s, **{f.name: cut(getattr(s, f.name), r) for f in dataclasses.fields(s)})
+                 for s in traj.steps]
+        other = {f.name: cut(getattr(traj, f.name), r) for f in dataclasses.fields(traj) if f.name != "steps"}
+        rows.append(dataclasses.replace(traj, steps=steps, **other))
+    return rows
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return repr(obj)
+
+
+__all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "TIMING_KEYS", "TrainResult", "algorithm_settings",
+           "apply_lora", "build_scheduler", "completion_mask", "default_lora_targets", "rollout_settings", "train_rl"]
