@@ -23,9 +23,11 @@ Routing and quirks (each has a test named after it in ``tests/tasks/test_graders
 - mbpp: code from OpenCompass-style ``[BEGIN] ... [DONE]`` / fence patterns (at least 10 characters), run with the
   asserts appended; 1 s per assert.
 
-Deliberate deviations: code runs in ``dare_bench.evaluators.sandbox`` (no network, no writes outside its directory,
-memory limit), so a program that the official harness would let touch the host fails here instead; sympy comparisons
-time out (see ``sympy_grader``).
+Deliberate deviations: code runs in ``dare_bench.evaluators.sandbox`` (own uid, no network, read-only filesystem
+outside its directory, 2 GiB memory limit) without the audit hook where those OS layers exist — DARE's harness has no
+hook, and the hook refuses the ``subprocess`` import that pandas (in the preamble) performs; where they do not, the hook
+stays on and the preamble's pandas import is dropped (recorded in ``details``). The timeout gets ``STARTUP_GRACE_S``
+on top of DARE's 1 s per assert. Sympy comparisons time out (see ``sympy_grader``).
 """
 
 from __future__ import annotations
@@ -251,10 +253,24 @@ def official_exit_ok(res) -> bool:
     return res.returncode == 98 and "exited before running to its end" in (res.stderr or "")
 
 
-def _run(program: str, timeout: float):
-    from dare_bench.evaluators.sandbox import run_code
+# Officially the budget is 1 s per assert *including* interpreter start and BASE_IMPORTS (numpy + pandas), which
+# alone take 0.3-2 s depending on the machine; a fixed grace keeps verdicts about the code, not the host.
+STARTUP_GRACE_S = 3.0
 
-    return run_code(program, timeout=timeout, memory_mb=2048)
+
+def _run(program: str, timeout: float):
+    """Run like DARE's harness (no audit hook) where the OS isolation layers hold; otherwise keep the hook, which
+    refuses the ``subprocess`` import pandas performs, so the preamble's pandas import is dropped."""
+    from dare_bench.evaluators.sandbox import isolation, run_code
+
+    iso = isolation()
+    os_isolated = iso.own_uid and iso.network_namespace and iso.mount_namespace
+    deviation = None
+    if not os_isolated:
+        program = program.replace("import pandas as pd\n", "", 1)
+        deviation = "audit-hooked sandbox: preamble's 'import pandas as pd' dropped"
+    res = run_code(program, timeout=timeout + STARTUP_GRACE_S, memory_mb=2048, guard=not os_isolated)
+    return res, deviation
 
 
 def grade_code(text: str, item: Item, kind: str) -> GradeResult:
@@ -264,7 +280,9 @@ def grade_code(text: str, item: Item, kind: str) -> GradeResult:
     program, timeout = (mbpp_program if kind == "mbpp" else humaneval_program)(code, item.ground_truth)
     if timeout <= 0:
         return GradeResult(False, 0.0, code, {"error": "no tests (official timeout 0)"})
-    res = _run(program, float(timeout))
+    res, deviation = _run(program, float(timeout))
     ok = official_exit_ok(res)
-    return GradeResult(ok, float(ok), code, {"status": res.status, "stderr": (res.stderr or "")[-2000:],
-                                             "seconds": res.seconds})
+    details = {"status": res.status, "stderr": (res.stderr or "")[-2000:], "seconds": res.seconds}
+    if deviation:
+        details["deviation"] = deviation
+    return GradeResult(ok, float(ok), code, details)

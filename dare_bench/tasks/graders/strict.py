@@ -217,7 +217,7 @@ def grade_humaneval(text: str, item: Item) -> GradeResult:
     imports = "\n".join(ln for ln in prompt.splitlines() if re.match(r"(import|from)\s+\w", ln))
     program = f"{imports}\n\n{code}\n\n{item.ground_truth}\n\ncheck({entry})\n"
     n_asserts = item.ground_truth.count("assert")
-    res = run_code(program, timeout=float(max(5, n_asserts)), memory_mb=1024)
+    res = run_code(program, timeout=float(max(3, n_asserts)), memory_mb=1024)
     return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
 
 
@@ -235,5 +235,5 @@ def grade_mbpp(text: str, item: Item) -> GradeResult:
     if code is None or not _defines(code, m.group(1)):
         return GradeResult(False, 0.0, code, {"reason": f"no top-level def {m.group(1)}(...)"})
     program = code + "\n\n" + "\n".join(tests) + "\n"
-    res = run_code(program, timeout=float(max(5, len(tests))), memory_mb=1024)
+    res = run_code(program, timeout=float(max(3, len(tests))), memory_mb=1024)
     return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
