@@ -1,0 +1,102 @@
+"""`dare-bench runs / export / ingest`: result files from fan-out jobs, idempotent re-ingest, bad input."""
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dare_bench.cli import app
+from dare_bench.errors import DataError, StoreError
+from dare_bench.store import EvaluationRecord, SampleRecord, Store, write_result_file
+
+runner = CliRunner()
+
+
+def _ev(task="sudoku", value=0.5) -> EvaluationRecord:
+    return EvaluationRecord(task=task, split="test", data_fingerprint="sha256:x", sampler_preset="tiny-llada-sudoku",
+                            metrics={"accuracy": value}, primary_metric="accuracy",
+                            samples=[SampleRecord(idx=i, completion=str(i), score=float(i % 2)) for i in range(4)])
+
+
+def _results(tmp_path, spec, n=2):
+    out = tmp_path / "results"
+    for i in range(n):
+        write_result_file(out / f"job-{i}.json", config=spec.resolve("micro"), seed=i, evaluations=[_ev(value=i / 4)],
+                          metrics=[(0, {"loss": 1.0}), (1, {"loss": 0.5})])
+    return out
+
+
+def test_ingest_is_idempotent_and_runs_lists_it(tmp_path, spec, db_url):
+    out = _results(tmp_path, spec)
+    first = runner.invoke(app, ["ingest", str(out), "--db", db_url, "--no-sync-reported"])
+    assert first.exit_code == 0, first.output
+    assert "2 new run(s), 2 new evaluation(s)" in first.output
+    again = runner.invoke(app, ["ingest", str(out), "--db", db_url, "--no-sync-reported"])
+    assert "0 new run(s), 0 new evaluation(s)" in again.output and "2 already present" in again.output
+    runs = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)
+    assert len(runs) == 2 and {r["origin"] for r in runs} == {"ingest"} and {r["status"] for r in runs} == {"finished"}
+    store = Store(db_url)
+    assert all(len(store.metrics(r["id"])) == 2 for r in runs)
+    assert sum(len(store.samples(e["id"])) for r in runs for e in r["evaluations"]) == 8
+    table = runner.invoke(app, ["runs", "--db", db_url])
+    assert table.exit_code == 0 and "d1-llada-sudoku" in table.output
+
+
+def test_ingest_attaches_to_a_run_the_database_saw_start(tmp_path, spec, db_url):
+    from dare_bench.store import run_record
+
+    store = Store(db_url)
+    cfg = spec.resolve("micro")
+    run_id = store.start_run(cfg, seed=0)
+    uid = store.get_run(run_id)["uid"]
+    path = write_result_file(tmp_path / "final.json", run=run_record(cfg, seed=0, uid=uid), evaluations=[_ev()])
+    assert store.ingest(path)["evaluations"] == 1
+    run = store.get_run(run_id)
+    assert run["status"] == "finished" and len(store.evaluations(run_id)) == 1
+
+
+def test_ingest_syncs_reported_scores(tmp_path, spec, db_url):
+    result = runner.invoke(app, ["ingest", str(_results(tmp_path, spec, 1)), "--db", db_url])
+    assert result.exit_code == 0 and "reported scores synced" in result.output
+    rows = Store(db_url).reported("bgpo-llada-sudoku")
+    assert [r["value"] for r in rows] == [42.6]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"format": "something-else"}', "not a dare-bench result file"),
+    ('{"format": "dare-bench-result", "version": 7}', "version 7"),
+    ('{"format": "dare-bench-result", "version": 1, "run": {"uid": "x"}}', "invalid result file at run."),
+])
+def test_corrupt_result_file_writes_nothing(tmp_path, spec, db_url, content, message):
+    out = _results(tmp_path, spec)
+    (out / "zz-bad.json").write_text(content)
+    result = runner.invoke(app, ["ingest", str(out), "--db", db_url])
+    assert isinstance(result.exception, DataError) and message in str(result.exception)
+    assert "zz-bad.json" in str(result.exception)
+    assert Store(db_url).latest_runs() == []
+
+
+def test_export_csv_and_json(tmp_path, spec, db_url):
+    Store(db_url).ingest(_results(tmp_path, spec))
+    js = json.loads(runner.invoke(app, ["export", "--format", "json", "--db", db_url]).output)
+    assert len(js) == 2 and sorted(r["value"] for r in js) == [0.0, 0.25]
+    text = runner.invoke(app, ["export", "--format", "csv", "--db", db_url]).output
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 2 and rows[0]["reproduction"] == "d1-llada-sudoku" and "metric:accuracy" in rows[0]
+    target = tmp_path / "out.csv"
+    assert runner.invoke(app, ["export", "--format", "csv", "--db", db_url, "-o", str(target)]).exit_code == 0
+    assert target.read_text() == text
+    bad = runner.invoke(app, ["export", "--format", "xml", "--db", db_url])
+    assert "csv or json" in str(bad.exception)
+
+
+def test_bad_database_via_cli(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"garbage" * 200)
+    result = runner.invoke(app, ["runs", "--db", str(junk)])
+    assert isinstance(result.exception, StoreError) and "not an SQLite database" in str(result.exception)
+    for cmd in ("runs", "export", "ingest"):
+        assert runner.invoke(app, [cmd, "--help"]).exit_code == 0
