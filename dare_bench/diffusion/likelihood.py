@@ -202,6 +202,10 @@ class ElboTerm:
     total: torch.Tensor
     per_block: torch.Tensor | None = None
 
+    def normalized(self, length) -> torch.Tensor:
+        """total / length `[B]`: DARE's per-token ELBO (BGPO e_k, VRPO, ESPO use the padded response length R)."""
+        return self.total / length
+
 
 @dataclass(frozen=True)
 class ElboEstimate:
@@ -210,6 +214,10 @@ class ElboEstimate:
     terms: torch.Tensor
     mean: torch.Tensor
     per_block: torch.Tensor | None = None
+
+    def normalized(self, length) -> torch.Tensor:
+        """mean / length `[B]` (see `ElboTerm.normalized`)."""
+        return self.mean / length
 
 
 def block_sums(per_token: torch.Tensor, block_index: torch.Tensor, num_blocks: int | None = None) -> torch.Tensor:

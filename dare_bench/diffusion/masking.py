@@ -38,7 +38,7 @@ official code does). Deliberate deviations are listed in each sampler's docstrin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import torch
@@ -104,14 +104,51 @@ class MaskDraw:
 
     def select(self, index: int | Sequence[int]) -> "MaskDraw":
         """The copies `index` (an int keeps a copy axis of size 1), e.g. one MC sample for a per-sample backward."""
-        idx = [index] if isinstance(index, int) else list(index)
+        idx = [index] if isinstance(index, int) else [int(i) for i in index]
         if not idx or min(idx) < -self.n or max(idx) >= self.n:
             raise ConfigError(f"copy index {index} out of range for a draw of {self.n} copies")
-        sel = torch.as_tensor(idx, device=self.mask.device)
+        sel = torch.as_tensor([i % self.n for i in idx], device=self.mask.device)
         t = None if self.t is None else self.t.index_select(1, sel.to(self.t.device))
         pc = None if self.p_complement is None else self.p_complement.index_select(1, sel)
         return replace(self, mask=self.mask.index_select(1, sel), p_mask=self.p_mask.index_select(1, sel), t=t,
                        p_complement=pc)
+
+    def rows(self, index) -> "MaskDraw":
+        """The sequences `index` (a slice, or indices / bool mask over the batch), e.g. one micro-batch."""
+        take = lambda x: None if x is None else x[index]  # noqa: E731
+        if isinstance(index, int):
+            raise ConfigError("rows() keeps the batch axis: pass a slice or a list of indices")
+        return replace(self, mask=self.mask[index], p_mask=self.p_mask[index], response_mask=self.response_mask[index],
+                       t=take(self.t), block_index=take(self.block_index), p_complement=take(self.p_complement))
+
+    @staticmethod
+    def concat(draws: Sequence["MaskDraw"]) -> "MaskDraw":
+        """Stack draws of the same scheme and copy count along the batch axis (their lengths must agree)."""
+        if not draws:
+            raise ConfigError("concat needs at least one draw")
+        first = draws[0]
+        if any(d.scheme != first.scheme or d.n != first.n for d in draws):
+            raise ConfigError("concat needs draws of one scheme with the same number of copies")
+
+        def cat(name):
+            vals = [getattr(d, name) for d in draws]
+            if all(v is None for v in vals):
+                return None
+            if any(v is None for v in vals):
+                raise ConfigError(f"concat: field {name} is set in some draws only")
+            return torch.cat(vals, dim=0)
+
+        return MaskDraw(mask=cat("mask"), p_mask=cat("p_mask"), response_mask=cat("response_mask"),
+                        scheme=first.scheme, t=cat("t"), block_index=cat("block_index"),
+                        p_complement=cat("p_complement"))
+
+    def to_dict(self) -> dict:
+        """Plain dict (tensors + the scheme name), e.g. to keep with a rollout batch; inverse of `from_dict`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MaskDraw":
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
 
     def complement(self) -> "MaskDraw":
         """The antithetic draw: mask the valid completion tokens left clean, with probability `p_complement`."""

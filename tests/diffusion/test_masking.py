@@ -319,3 +319,17 @@ def test_maskdraw_select_rejects_bad_index():
     assert isinstance(d.select([1, 0]), MaskDraw)
     with pytest.raises(ConfigError):
         d.select(2)
+
+
+def test_maskdraw_rows_concat_and_dict_roundtrip():
+    am, ids = layout()
+    d = ebpo_block_masks(am, 4, generator=gen(13), block_length=3, n=2)
+    parts = [d.rows(slice(0, 1)), d.rows([1, 2])]
+    back = MaskDraw.concat(parts)
+    for name in ("mask", "p_mask", "response_mask", "t", "block_index"):
+        assert torch.equal(getattr(back, name), getattr(d, name))
+    again = MaskDraw.from_dict(d.to_dict())
+    assert torch.equal(again.mask, d.mask) and again.scheme == d.scheme and again.p_complement is None
+    assert torch.equal(d.select(-1).mask, d.select(1).mask)
+    with pytest.raises(ConfigError):
+        MaskDraw.concat([d, coupled_masks(am, 4, generator=gen())])
