@@ -165,7 +165,15 @@ if _guard:
         "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.symlink", "os.link", "os.truncate",
         "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree",
     ))
-    _no_import = frozenset(("_posixsubprocess", "_xxsubinterpreters", "_socket"))
+    # `subprocess` stays importable (pandas, logging.handlers... import it) but cannot start anything: its C
+    # helper has no audit event of its own, so it is disarmed here and re-importing a fresh copy is refused.
+    import _posixsubprocess
+
+    def _no_fork_exec(*args, **kwargs):
+        raise PermissionError("sandbox: starting processes is not allowed")
+
+    _posixsubprocess.fork_exec = _no_fork_exec
+    _no_import = frozenset(("_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels"))
     _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     _realpath, _fspath, _getpid, _sep = os.path.realpath, os.fspath, os.getpid, os.sep
 

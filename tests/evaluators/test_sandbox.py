@@ -108,6 +108,13 @@ def test_hook_only_fallback_blocks_network_and_writes(tmp_path):
     assert "sandbox:" in w.stderr and "sandbox:" in s.stderr and "sandbox:" in f.stderr
 
 
+def test_process_start_is_refused_even_through_the_c_helper():
+    direct = run_code("import _posixsubprocess\n_posixsubprocess.fork_exec(*([None] * 20))")
+    reimport = run_code("import sys, _posixsubprocess\ndel sys.modules['_posixsubprocess']\nimport _posixsubprocess")
+    assert direct.status == reimport.status == "error"
+    assert "sandbox:" in direct.stderr and "sandbox:" in reimport.stderr
+
+
 def test_output_is_capped():
     r = run_code("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 1000)")
     assert r.passed and len(r.stdout) == sandbox.MAX_OUTPUT_CHARS
