@@ -258,6 +258,9 @@ def resolve_attention(
     elif position_ids.shape[-1] != L:
         raise DareBenchError(f"position_ids has length {position_ids.shape[-1]}, input_ids {L}")
     if attn_mask is None:
+        if attention_mask is None and (k_len - 1) // block_size <= q_offset // block_size:
+            # every key is in a block <= the first query's block: attend to all (no device sync needed to see it)
+            return position_ids, None
         mask = block_causal_mask(L, k_len, block_size, q_offset=q_offset, device=device)
     else:
         if attn_mask.dim() != 4 or tuple(attn_mask.shape[-2:]) != (L, k_len):

@@ -19,6 +19,10 @@ the block-causal mask (generation, block size 32) or the BD3 training mask (dFac
 explicitly with an all-True mask (`dare_bench.models.block.full_attention_mask`). Explicit masks may be bool or
 additive float (the 0/-inf form the official generate and dFactory build).
 
+A 2-D `attention_mask` ([B, keys], 1 = real token) hides padding keys on top of that pattern. (Upstream, a 2-D
+mask containing a 0 is turned into a causal + padding mask by `_prepare_4d_causal_attention_mask_for_sdpa`, which no
+diffusion caller wants; that path is deliberately not reproduced.)
+
 Special ids: upstream they are `generate()` arguments (mask 156895, eos 156892), not config fields; `traits` reads
 config `mask_token_id` / `eos_token_id` / `pad_token_id` when present (presets and `adapt_vocab` set them) and falls
 back to those defaults.

@@ -151,6 +151,9 @@ def test_bad_inputs_are_one_clear_error():
         training_forward(model, ids, ids[:, :4])
     with pytest.raises(DareBenchError, match="block_size"):
         bd3_attention_mask(8, 0)
+    if "tiny-llada" in list_presets():  # a masked-diffusion (bidirectional) backbone has no block layout
+        with pytest.raises(DareBenchError, match="block-diffusion"):
+            training_forward(load_pretrained("tiny-llada"), ids, ids)
 
 
 def test_padding_mask_hides_keys():
