@@ -473,3 +473,63 @@ def test_per_copy_backward_accumulates_to_the_full_gradient():
         (elbo_term(model, ids, draw, k, attention_mask=am).normalized(R).sum() / draw.n).backward()
     for g_full, p in zip(full, model.parameters()):
         assert torch.allclose(g_full, p.grad, atol=1e-12)
+
+
+def _micro_backbone(family):
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    small = {
+        "llada": ("tiny-llada", dict(n_layers=1, d_model=32, n_heads=2, n_kv_heads=2, mlp_hidden_size=64)),
+        "dream": ("tiny-dream", dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                                     num_attention_heads=2, num_key_value_heads=1)),
+        "sdar": ("tiny-sdar", dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                   num_key_value_heads=1, head_dim=16)),
+        "llada2": ("tiny-llada2", dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                                       moe_intermediate_size=16, num_attention_heads=2, num_key_value_heads=1,
+                                       head_dim=16, block_size=4)),
+    }
+    preset, overrides = small[family]
+    mod = __import__(f"dare_bench.models.{family}", fromlist=["adapt_vocab"])
+    cfg = mod.adapt_vocab(preset_config(preset, **overrides), vocab_size=16, mask_token_id=15, eos_token_id=14,
+                          pad_token_id=13)
+    model = build_model(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model.init_weights(std=0.5)
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
+def test_real_backbones_padding_invariance(family):
+    """On every family: a left- and right-padded row gets the same d1, coupled and ELBO values as the same sequence
+    alone without padding (padding is removed before the forward, as DARE's packed forward)."""
+    model = _micro_backbone(family)
+    assert model.traits.mask_token_id == 15
+    g = torch.Generator().manual_seed(0)
+    alone = torch.randint(0, 13, (1, 9), generator=g)  # prompt 3, completion 6
+    plen_alone, pad_l, pad_r = 3, 2, 1
+    padded = torch.cat([torch.full((1, pad_l), 13), alone, torch.full((1, pad_r), 13)], dim=1)
+    am_alone = torch.ones_like(alone)
+    am_padded = torch.cat([torch.zeros(1, pad_l, dtype=torch.long), am_alone, torch.zeros(1, pad_r, dtype=torch.long)], 1)
+    d_pad = stratified_masks(am_padded, plen_alone + pad_l, generator=torch.Generator().manual_seed(1), n=2)
+    keep = slice(pad_l, pad_l + alone.shape[1])
+    d_alone = MaskDraw(mask=d_pad.mask[:, :, keep], p_mask=d_pad.p_mask[:, :, keep],
+                       response_mask=d_pad.response_mask[:, keep], scheme="stratified")
+    with torch.no_grad():
+        e_pad = elbo(model, padded, d_pad, attention_mask=am_padded)
+        e_alone = elbo(model, alone, d_alone, attention_mask=am_alone)
+        assert torch.isfinite(e_pad.terms).all()
+        assert torch.allclose(e_pad.terms, e_alone.terms, rtol=1e-4, atol=1e-4)
+        c_pad = coupled_masks(am_padded, plen_alone + pad_l, generator=torch.Generator().manual_seed(2))
+        c_alone = MaskDraw(mask=c_pad.mask[:, :, keep], p_mask=c_pad.p_mask[:, :, keep],
+                           response_mask=c_pad.response_mask[:, keep], scheme="coupled")
+        a = coupled_token_logprobs(model, padded, c_pad, attention_mask=am_padded).token_logprobs[:, keep]
+        b = coupled_token_logprobs(model, alone, c_alone, attention_mask=am_alone).token_logprobs
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4) and bool((a[:, plen_alone:] != 0).all())
+        d1 = d1_masks(am_padded, plen_alone + pad_l, generator=torch.Generator().manual_seed(3), p_prompt=0.5)
+        d1_alone = MaskDraw(mask=d1.mask[:, :, keep], p_mask=d1.p_mask[:, :, keep],
+                            response_mask=d1.response_mask[:, keep], scheme="d1")
+        a = d1_token_logprobs(model, padded, d1, attention_mask=am_padded)[:, keep]
+        b = d1_token_logprobs(model, alone, d1_alone, attention_mask=am_alone)
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4)
