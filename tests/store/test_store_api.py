@@ -1,7 +1,5 @@
 """Store repository API: run lifecycle, metrics, evaluations with samples, reported-score sync, failure paths."""
 
-import json
-
 import pytest
 
 from dare_bench.errors import StoreError
