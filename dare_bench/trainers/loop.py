@@ -308,6 +308,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     micro_batch_size: rows per forward / backward (default: the whole rollout batch of this rank).
     stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
         simulate an interrupted run.
+    seed: data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG (dropout).
     """
     cfg = _train_settings(train_cfg)
     dist = dist or dist_info()
@@ -335,8 +336,13 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     total_loop_steps = math.ceil(total_opt_steps / mu)
 
     # -- model, reference, optimizer -----------------------------------------------------------------------------
+    # The global torch RNG drives LoRA's init and dropout: seed it so that a run depends on `seed` alone (a resumed
+    # run then restores the exact state from its checkpoint).
+    torch.manual_seed(seed * 7919 + 3 + dist.rank)
     if cfg.lora is not None:
-        policy = apply_lora(policy, cfg.lora)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # identical adapters on every rank
+            policy = apply_lora(policy, cfg.lora)
     policy.train()
     ref_model = None
     if algo.config.kl_beta > 0:

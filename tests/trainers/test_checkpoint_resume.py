@@ -1,0 +1,134 @@
+"""Resumable RL checkpoints: an interrupted run resumed from its last checkpoint ends exactly like an uninterrupted one.
+
+Three interruptions: SIGKILL of a training subprocess right after its first checkpoint lands (the real thing), and
+two fast in-process variants that stop the loop between steps (full fine-tuning with a KL reference; LoRA adapters).
+Compared: every deterministic metric of every step (timings and memory excluded) and every weight, bit for bit.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dare_bench.trainers.checkpoint import STATE_FILE, latest_checkpoint, list_checkpoints, save_checkpoint
+from dare_bench.trainers.loop import TIMING_KEYS, train_rl
+from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+RUNNER = r"""
+import json, sys, time, torch
+sys.path.insert(0, {here!r})
+torch.set_num_threads(1)
+from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
+from dare_bench.trainers.loop import train_rl
+ckpt, out, resume, delay = sys.argv[1], sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
+def sink(step, metrics):
+    if step >= 2:  # after checkpoint 1: give the test time to kill the run; no effect on the numbers
+        time.sleep(delay)
+cfg = rl_settings(**json.loads({cfg!r}))
+res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", cfg, sink=sink, checkpoint_dir=ckpt,
+               resume=resume, seed=5, progress=False)
+torch.save({{"history": res.history, "state": res.policy.state_dict(), "resumed_from": res.resumed_from}}, out)
+"""
+
+CFG = {"steps": 4, "checkpoint_every": 1, "beta_kl": 0.05, "lr": 1e-2, "lr_schedule": "cosine", "warmup_steps": 1}
+
+
+def _deterministic(history):
+    return [{k: v for k, v in m.items() if k not in TIMING_KEYS} for m in history]
+
+
+def _same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"weight {k} differs after resume"
+
+
+def _uninterrupted(cfg, seed=5, **kw):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # same reduction order as the subprocess
+    try:
+        return train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(**cfg), seed=seed,
+                        progress=False, **kw)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out.pt"
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER.format(here=str(HERE), cfg=json.dumps(CFG)))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, str(script), str(ckpt), str(out), "0", "3.0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not list_checkpoints(ckpt):
+            assert proc.poll() is None, f"runner died: {proc.stderr.read()[-2000:]}"
+            assert time.time() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists(), "the run finished before it was killed"
+    done = [s for s, _ in list_checkpoints(ckpt)]
+    assert done and max(done) < 4
+
+    resumed = subprocess.run([sys.executable, str(script), str(ckpt), str(out), "1", "0"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = torch.load(out, weights_only=False)
+    assert got["resumed_from"] == max(done)
+    ref = _uninterrupted(CFG)
+    assert _deterministic(got["history"]) == _deterministic(ref.history)
+    _same_weights(got["state"], ref.policy.state_dict())
+    assert sorted(s for s, _ in list_checkpoints(ckpt))[-1] == 4
+    assert not any(p.name.startswith(".") for p in ckpt.iterdir()), "temporary checkpoint directories left behind"
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full-kl", "lora"])
+def test_stop_and_resume_in_process(tmp_path, lora):
+    cfg = dict(CFG, steps=3, mu=2, clip_eps=0.2)  # μ = 2: old log-probs, clipping and two updates per batch
+    if lora:
+        cfg["lora"] = {"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj", "ff_out"]}
+    ref = _uninterrupted(cfg)
+    first = _uninterrupted(cfg, checkpoint_dir=tmp_path, stop_after=1)
+    assert first.final_step == 1 and first.optimizer_steps == 2
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]
+    second = _uninterrupted(cfg, checkpoint_dir=tmp_path, resume=True)
+    assert second.resumed_from == 1 and second.final_step == 2 and second.optimizer_steps == 3
+    assert _deterministic(second.history) == _deterministic(ref.history)
+    _same_weights(second.policy.state_dict(), ref.policy.state_dict())
+    if lora:
+        assert (latest_checkpoint(tmp_path) / "model" / "adapter_model.safetensors").exists()
+    else:
+        assert (latest_checkpoint(tmp_path) / "model" / "config.json").exists()
+    # a finished run resumed again does nothing and reports the same history
+    again = _uninterrupted(cfg, checkpoint_dir=tmp_path, resume=True)
+    assert again.final_step == 2 and _deterministic(again.history) == _deterministic(ref.history)
+
+
+def test_incomplete_checkpoint_is_ignored(tmp_path):
+    model = micro_llada(0)
+    opt = torch.optim.AdamW(model.parameters())
+    sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    good = save_checkpoint(tmp_path, 1, model=model, optimizer=opt, scheduler=sch,
+                           trainer_state={"history": []}, rng={})
+    bad = tmp_path / "step-000002"
+    bad.mkdir()
+    (bad / STATE_FILE).write_text(json.dumps({"complete": False}))
+    (tmp_path / "step-000003").mkdir()  # no state file at all
+    assert latest_checkpoint(tmp_path) == good
+    save_checkpoint(tmp_path, 4, model=model, optimizer=opt, scheduler=sch, trainer_state={}, rng={}, keep_last=1)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4]
