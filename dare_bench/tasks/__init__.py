@@ -18,6 +18,7 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
     res = task.grade(completion, item, grader="dare")
         # GradeResult(correct, reward, extracted, details, score): reward = the grader's TRAINING reward,
         # correct = its EVALUATION verdict, score = the per-item evaluation metric the official code averages
+    task.grade_many(completions, items, grader)   # same, in input order; code tasks run concurrently
     task.graders                                  # graders that exist for this task
 
 Graders (``dare_bench/tasks/graders/``): ``dare`` (default; DARE's ``dllm_rm``), ``d1`` (d1's reward_func.py rewards

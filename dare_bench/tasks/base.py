@@ -15,6 +15,7 @@ Usage::
     ds = task.load(split="test", limit=8)            # DARE parquet via $DARE_BENCH_DATA, else the seeded generator
     print(ds.source, ds.fingerprint)
     res = task.grade("<answer>3142243142131324</answer>", ds[0], grader="d1")
+    results = task.grade_many(completions, ds.items, grader="dare")   # code tasks grade concurrently
 
 Sources accepted by ``Task.load(source=...)``: a path to ``.parquet`` / ``.jsonl`` / ``.json`` / ``.csv``;
 ``"hf:<id>[:<config>]@<revision>"`` (online only; the revision is required so the fingerprint means something);
@@ -222,6 +223,28 @@ class Task:
             return fn(completion, item)
         except Exception as e:  # a single malformed completion must never abort a whole evaluation
             return GradeResult(False, 0.0, None, {"error": f"{type(e).__name__}: {e}"})
+
+    #: graders that wait on a subprocess (code execution) are run from a thread pool by ``grade_many``
+    parallel_grading: bool = False
+
+    def grade_many(self, completions: Sequence[str], items: Sequence[Item], grader: str = "dare",
+                   workers: int | None = None) -> list[GradeResult]:
+        """Grade ``completions[i]`` against ``items[i]``; results in input order.
+
+        Code tasks run concurrently (each grade waits on a sandboxed child); the others run in the calling thread,
+        where the sympy time limit (a SIGALRM on the main thread) stays effective.
+        """
+        if len(completions) != len(items):
+            raise ConfigError(f"{len(completions)} completions for {len(items)} items")
+        if grader not in self._graders:
+            self.grade("", items[0] if items else Item(0, [], ""), grader)  # raises the ConfigError
+        if not self.parallel_grading or len(items) < 2:
+            return [self.grade(c, it, grader) for c, it in zip(completions, items)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = max(1, workers or min(len(items), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda pair: self.grade(pair[0], pair[1], grader), zip(completions, items)))
 
     def format_prompt(self, item: Item, template: Any = "plain") -> str:
         """``"plain"``: the short tiny-run prompt; a tokenizer with a chat template: the real checkpoint's prompt."""

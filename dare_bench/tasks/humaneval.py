@@ -24,6 +24,7 @@ def _grade_dare(text: str, item: Item):
 
 class HumanEvalTask(Task):
     name = "humaneval"
+    parallel_grading = True
     dare_files = {"test": "humaneval_1.parquet"}
     hf_hint = "openai/openai_humaneval"
 

@@ -51,6 +51,7 @@ def _grade_dare(text: str, item: Item):
 
 class MBPPTask(Task):
     name = "mbpp"
+    parallel_grading = True
     dare_files = {"test": "mbpp_1.parquet"}
     hf_hint = "mbpp"
 

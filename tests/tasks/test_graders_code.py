@@ -103,3 +103,12 @@ def test_infinite_loop_times_out():
     for grader in ("dare", "strict"):
         r = task.grade(loop, HE, grader)
         assert not r.correct and r.details["status"] == "timeout"
+
+
+def test_grade_many_keeps_order_and_runs_code_concurrently():
+    task = get_task("mbpp")
+    completions = [fence(GOOD_MBPP), "no code", fence(GOOD_MBPP.replace("return s[:j]", "return s[:j+1]"))]
+    results = task.grade_many(completions, [MBPP] * 3, grader="strict")
+    assert [r.correct for r in results] == [True, False, False]
+    with pytest.raises(ConfigError):
+        task.grade_many(["a"], [MBPP, MBPP])

@@ -130,3 +130,19 @@ def test_quirk_d1_math_format_bonus_ignores_the_box():
 def test_dare_reward_equals_accuracy_for_math():
     r = get_task("math500").grade("\\boxed{0.5}", g(HALF), "dare")
     assert (r.correct, r.reward, r.score, r.extracted) == (True, 1.0, 1.0, "0.5")
+
+
+def test_dare_and_d1_disagree_on_common_gsm8k_formats():
+    """The two official graders part ways on everyday completions (which is why the grader is pinned per run)."""
+    task = get_task("gsm8k")
+    disagreements = {
+        "d1 tags, no box": (PERFECT_D1, "18"),
+        "first box vs last box": ("\\boxed{18} ... actually \\boxed{20}", "18"),
+        "unit inside box": ("\\boxed{18 dollars}", "18"),
+        "thousands separator in box": ("\\boxed{1,000}", "1,000"),
+        "sentence in answer tag": ("<answer>\nThe answer is 18\n</answer>", "18"),
+        "currency in answer tag": ("<answer>\n$18\n</answer>", "18"),
+    }
+    for why, (text, gold) in disagreements.items():
+        d, o = task.grade(text, g(gold), "dare"), task.grade(text, g(gold), "d1")
+        assert d.correct != o.correct, why
