@@ -76,13 +76,8 @@ def _left_align_order(attention_mask: torch.Tensor) -> torch.Tensor | None:
     return torch.argsort((~valid).int(), dim=1, stable=True)
 
 
-def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
-                   position_ids: torch.Tensor | None = None, clean_ids: torch.Tensor | None = None,
-                   left_align: bool = True) -> torch.Tensor:
-    """Logits `[N, L, V]` where row i scores token i, for noisy inputs `[N, L]` (see module doc).
-
-    clean_ids: the clean sequences `[N, L]`, needed by block-diffusion backbones (the `[x_t ; x_0]` layout).
-    """
+def _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_align):
+    """(logits `[N, L, V]` aligned, in left-aligned order; that order `[N, L]` or None if rows were unchanged)."""
     traits = model.traits
     if noisy_ids.dim() != 2:
         raise DataError(f"noisy_ids must be [N, L], got {tuple(noisy_ids.shape)}")
@@ -102,16 +97,33 @@ def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tens
         logits = training_forward(model, noisy_ids, clean_ids, attention_mask=attention_mask)
     else:
         logits = model(noisy_ids, attention_mask=attention_mask, position_ids=position_ids)
-    logits = shift_logits(logits, traits.logit_shift)
+    return shift_logits(logits, traits.logit_shift), order
+
+
+def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None, clean_ids: torch.Tensor | None = None,
+                   left_align: bool = True) -> torch.Tensor:
+    """Logits `[N, L, V]` where row i scores token i, for noisy inputs `[N, L]` (see module doc).
+
+    clean_ids: the clean sequences `[N, L]`, needed by block-diffusion backbones (the `[x_t ; x_0]` layout; those
+    build their own position ids, so `position_ids` only reaches bidirectional backbones).
+    The estimators below avoid this function's extra `[N, L, V]` copy for left-padded rows (they score tokens in
+    the left-aligned order and move only the `[N, L]` results back).
+    """
+    logits, order = _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_align)
     if order is not None:
         logits = torch.empty_like(logits).scatter_(1, order[..., None].expand_as(logits), logits)
     return logits
 
 
-def _forward_copy(model, input_ids, draw: MaskDraw, copy: int, attention_mask, position_ids, left_align=True):
+def _copy_logprobs(model, input_ids, draw: MaskDraw, copy: int, attention_mask, position_ids) -> torch.Tensor:
+    """log p(x_i | copy `copy` of the draw) `[B, L]` for every position (one forward)."""
     noisy = draw.select(copy).noisy_ids(input_ids, model.traits.mask_token_id)[:, 0]
-    return aligned_logits(model, noisy, attention_mask=attention_mask, position_ids=position_ids,
-                          clean_ids=input_ids, left_align=left_align)
+    logits, order = _forward(model, noisy, attention_mask, position_ids, input_ids, True)
+    if order is None:
+        return token_logprobs(logits, input_ids)
+    lp = token_logprobs(logits, input_ids.gather(1, order))
+    return torch.empty_like(lp).scatter_(1, order, lp)
 
 
 # --- token-level pieces -------------------------------------------------------------------------------------------
@@ -129,7 +141,10 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def masked_token_terms(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor,
                        p_mask: torch.Tensor) -> torch.Tensor:
     """`-CE / p` on `loss_mask`, 0 elsewhere (`[..., L]`): the importance-weighted ELBO contribution of each token."""
-    lp = token_logprobs(logits, targets)
+    return _weighted(token_logprobs(logits, targets), loss_mask, p_mask)
+
+
+def _weighted(lp: torch.Tensor, loss_mask: torch.Tensor, p_mask: torch.Tensor) -> torch.Tensor:
     p = torch.where(loss_mask, p_mask.to(lp.dtype), torch.ones((), dtype=lp.dtype, device=lp.device))
     if bool((p[loss_mask] <= 0).any()):
         raise DataError("a masked completion token has mask probability <= 0")
@@ -143,18 +158,21 @@ def d1_token_logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor,
 
     logits: aligned `[B, L, V]` of the draw's single copy.
     """
+    return _d1_keep(token_logprobs(logits, input_ids), draw)
+
+
+def _d1_keep(lp: torch.Tensor, draw: MaskDraw) -> torch.Tensor:
     if draw.n != 1:
         raise ConfigError(f"d1 uses one copy per sequence, the draw has {draw.n}")
-    lp = token_logprobs(logits, input_ids)
-    keep = draw.loss_mask[:, 0]
-    return torch.where(keep, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
+    return torch.where(draw.loss_mask[:, 0], lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
 
 
 def d1_token_logprobs(model, input_ids: torch.Tensor, draw: MaskDraw, *, attention_mask: torch.Tensor,
                       position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """d1 one-step mean-field per-token log-probs `[B, L]` (one forward), see `d1_token_logprobs_from_logits`."""
-    logits = _forward_copy(model, input_ids, draw, 0, attention_mask, position_ids)
-    return d1_token_logprobs_from_logits(logits, input_ids, draw)
+    if draw.n != 1:
+        raise ConfigError(f"d1 uses one copy per sequence, the draw has {draw.n}")
+    return _d1_keep(_copy_logprobs(model, input_ids, draw, 0, attention_mask, position_ids), draw)
 
 
 # --- Coupled-GRPO -------------------------------------------------------------------------------------------------
@@ -176,7 +194,10 @@ def coupled_token_logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Te
         raise DataError(f"coupled estimate needs logits [B, 3, L, V] for a 3-copy draw; got {tuple(logits.shape)} "
                         f"and {draw.n} copies")
     ids = input_ids[:, None, :].expand_as(draw.mask)
-    terms = masked_token_terms(logits, ids, draw.loss_mask, draw.p_mask)  # [B, 3, L]
+    return _coupled(masked_token_terms(logits, ids, draw.loss_mask, draw.p_mask))
+
+
+def _coupled(terms: torch.Tensor) -> CoupledLogProbs:  # terms [B, 3, L]
     token = (terms[:, 0] + (terms[:, 1] + terms[:, 2])) / 2
     return CoupledLogProbs(token_logprobs=token, copy_elbo=terms.sum(dim=-1))
 
@@ -186,9 +207,9 @@ def coupled_token_logprobs(model, input_ids: torch.Tensor, draw: MaskDraw, *, at
     """Coupled-GRPO per-token estimate (three forwards, one per copy)."""
     if draw.n != 3:
         raise ConfigError(f"coupled estimate needs the 3 copies of coupled_masks, the draw has {draw.n}")
-    logits = torch.stack([_forward_copy(model, input_ids, draw, c, attention_mask, position_ids) for c in range(3)],
-                         dim=1)
-    return coupled_token_logprobs_from_logits(logits, input_ids, draw)
+    lp = torch.stack([_copy_logprobs(model, input_ids, draw, c, attention_mask, position_ids) for c in range(3)],
+                     dim=1)
+    return _coupled(_weighted(lp, draw.loss_mask, draw.p_mask))
 
 
 # --- Monte-Carlo ELBO ---------------------------------------------------------------------------------------------
@@ -242,12 +263,16 @@ def elbo_term_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, draw: M
     With `complement_logits` (the logits of `draw.complement()`'s copy), the term is ESPO's variance-reduced
     estimate: (masked-copy term + complement term) / 2, the complement weighted by 1 / p_complement.
     """
+    comp = None if complement_logits is None else token_logprobs(complement_logits, input_ids)
+    return _elbo_from_logprobs(token_logprobs(logits, input_ids), draw, copy, comp)
+
+
+def _elbo_from_logprobs(lp, draw: MaskDraw, copy: int, comp_lp=None) -> ElboTerm:
     one = draw.select(copy)
-    per_token = masked_token_terms(logits, input_ids, one.loss_mask[:, 0], one.p_mask[:, 0])
-    if complement_logits is not None:
+    per_token = _weighted(lp, one.loss_mask[:, 0], one.p_mask[:, 0])
+    if comp_lp is not None:
         comp = one.complement()
-        per_token = (per_token + masked_token_terms(complement_logits, input_ids, comp.loss_mask[:, 0],
-                                                    comp.p_mask[:, 0])) / 2
+        per_token = (per_token + _weighted(comp_lp, comp.loss_mask[:, 0], comp.p_mask[:, 0])) / 2
     return _term(per_token, draw)
 
 
@@ -255,12 +280,12 @@ def elbo_term(model, input_ids: torch.Tensor, draw: MaskDraw, copy: int = 0, *, 
               position_ids: torch.Tensor | None = None, reduce_var: bool = False) -> ElboTerm:
     """ONE Monte-Carlo ELBO term for the batch: a forward on copy `copy` of the draw (plus, with `reduce_var`, a
     forward on its complement, ESPO). Call once per copy to back-propagate copy by copy (BGPO, EBPO)."""
-    logits = _forward_copy(model, input_ids, draw, copy, attention_mask, position_ids)
+    lp = _copy_logprobs(model, input_ids, draw, copy, attention_mask, position_ids)
     comp = None
     if reduce_var:
         comp_draw = draw.select(copy).complement()
-        comp = _forward_copy(model, input_ids, comp_draw, 0, attention_mask, position_ids)
-    return elbo_term_from_logits(logits, input_ids, draw, copy, complement_logits=comp)
+        comp = _copy_logprobs(model, input_ids, comp_draw, 0, attention_mask, position_ids)
+    return _elbo_from_logprobs(lp, draw, copy, comp)
 
 
 def elbo(model, input_ids: torch.Tensor, draw: MaskDraw, *, attention_mask: torch.Tensor,
