@@ -151,11 +151,18 @@ class LLaDA2SparseMoe(nn.Module):
         b, L, h = x.shape
         flat = x.reshape(-1, h)
         idx, w, logits = self.gate(flat)
+        # dispatch as the official moe_infer: (token, slot) pairs sorted by expert, one host sync for the counts
         flat_idx = idx.reshape(-1)
-        buf = flat.new_empty(flat_idx.shape[0], h)
-        for e in torch.unique(flat_idx).tolist():
-            rows = torch.nonzero(flat_idx == e).flatten()
-            buf[rows] = self.experts[e](flat[rows // self.top_k])
+        order = flat_idx.argsort()
+        counts = torch.bincount(flat_idx, minlength=len(self.experts)).tolist()
+        tokens = flat[order // self.top_k]
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            if n:
+                outs.append(self.experts[e](tokens[start:start + n]))
+                start += n
+        buf = torch.empty_like(tokens)
+        buf[order] = torch.cat(outs)
         # official: expert outputs in the weight dtype (fp32) times the weights, summed over k, cast back
         y = (buf.view(*idx.shape, h).float() * w[..., None]).sum(dim=1).to(flat.dtype).view(b, L, h)
         if self.shared_experts is not None:

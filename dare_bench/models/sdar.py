@@ -107,11 +107,19 @@ class Qwen3MoeBlock(nn.Module):
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         weights = weights.to(flat.dtype)
+        # experts in index order, accumulated with index_add_ as transformers' Qwen3-MoE; one host sync for counts
+        flat_idx = idx.reshape(-1)
+        order = flat_idx.argsort(stable=True)
+        counts = torch.bincount(flat_idx, minlength=self.num_experts).tolist()
+        tok_all, w_all = order // self.top_k, weights.reshape(-1)[order]
         out = torch.zeros_like(flat)
-        for e in torch.unique(idx).tolist():
-            tok, slot = torch.where(idx == e)
-            y = self.experts[e](flat[tok]) * weights[tok, slot, None]
-            out.index_add_(0, tok, y.to(flat.dtype))
+        start = 0
+        for e, n in enumerate(counts):
+            if n:
+                tok = tok_all[start:start + n]
+                y = self.experts[e](flat[tok]) * w_all[start:start + n, None]
+                out.index_add_(0, tok, y.to(flat.dtype))
+                start += n
         return out.view(b, L, h), (router_logits.view(b, L, -1), idx.view(b, L, -1))
 
 
