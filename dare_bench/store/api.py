@@ -200,6 +200,16 @@ class Store:
                 out.append(d)
             return out
 
+    def find_runs(self, *, config_hash: str, seed: int | None = None, status: str | None = "finished") -> list[dict]:
+        """Runs of exactly this config (and seed / status): lets the pipeline skip work already recorded."""
+        q = select(Run).where(Run.config_hash == config_hash).order_by(Run.id.desc())
+        if seed is not None:
+            q = q.where(Run.seed == seed)
+        if status is not None:
+            q = q.where(Run.status == status)
+        with self._sessions() as s:
+            return [_run_dict(r) for r in s.scalars(q).all()]
+
     def metrics(self, run_id: int) -> list[dict[str, Any]]:
         with self._sessions() as s:
             rows = s.scalars(select(StepMetric).where(StepMetric.run_id == run_id).order_by(StepMetric.step)).all()

@@ -2,6 +2,7 @@
 
     dare-bench runs [--reproduction NAME] [--scale tiny] [--status finished] [--limit 20] [--json]
     dare-bench export --format csv|json [--output FILE]      # one row per evaluation, joined with its run
+    dare-bench export --format csv --what reported           # published scores with their sources
     dare-bench ingest PATH                                    # result files from separate evaluation jobs
 
 Every command takes `--db` (a path or any SQLAlchemy URL; default: env DARE_BENCH_DB, else
@@ -71,6 +72,8 @@ def register(app: typer.Typer) -> None:
     @app.command("export")
     def export_cmd(
         fmt: str = typer.Option(..., "--format", help="csv | json"),
+        what: str = typer.Option("evaluations", "--what", help="evaluations (one row per evaluation, with its run) "
+                                 "| reported (published scores, as last synced by `ingest`)"),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
         db: Optional[str] = DB_OPTION,
     ) -> None:
@@ -80,9 +83,22 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in ("csv", "json"):
             raise ConfigError(f"--format must be csv or json, not {fmt!r}")
-        rows = Store(db).export_rows()
+        if what not in ("evaluations", "reported"):
+            raise ConfigError(f"--what must be evaluations or reported, not {what!r}")
+        store = Store(db)
+        rows = store.export_rows() if what == "evaluations" else store.reported()
         if fmt == "json":
             text = json.dumps(rows, indent=1) + "\n"
+        elif what == "reported":
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            cols = ("reproduction", "algorithm", "backbone", "task", "table", "metric", "value")
+            writer.writerow([*cols, "source", "settings", "note"])
+            for r in rows:
+                src = r["source"]
+                cite = ", ".join(str(v) for v in (src["ref"], src["commit"], src["file"], src["table"]) if v)
+                writer.writerow([r[c] for c in cols] + [cite, json.dumps(r["settings"], sort_keys=True), r["note"] or ""])
+            text = buf.getvalue()
         else:
             buf = io.StringIO()
             metric_keys = sorted({k for r in rows for k in r["metrics"]})

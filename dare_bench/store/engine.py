@@ -90,7 +90,7 @@ def open_database(url: str) -> Engine:
     """An engine on `url` whose schema is at HEAD; raises StoreError (and changes nothing) when it cannot be."""
     try:
         engine = make_engine(url)
-    except (SQLAlchemyError, ValueError) as exc:
+    except (SQLAlchemyError, ValueError, OSError) as exc:
         raise StoreError(f"cannot open database {_safe(url)}: {exc}") from None
     try:
         with engine.begin() as conn:  # a write transaction: concurrent openers migrate one at a time

@@ -100,3 +100,32 @@ def test_bad_database_via_cli(tmp_path):
     assert isinstance(result.exception, StoreError) and "not an SQLite database" in str(result.exception)
     for cmd in ("runs", "export", "ingest"):
         assert runner.invoke(app, [cmd, "--help"]).exit_code == 0
+
+
+def test_export_reported_scores(tmp_path, spec, db_url):
+    runner.invoke(app, ["ingest", str(_results(tmp_path, spec, 1)), "--db", db_url])
+    text = runner.invoke(app, ["export", "--format", "csv", "--what", "reported", "--db", db_url]).output
+    rows = list(csv.DictReader(io.StringIO(text)))
+    bgpo = [r for r in rows if r["reproduction"] == "bgpo-llada-sudoku"]
+    assert len(bgpo) == 1 and float(bgpo[0]["value"]) == 42.6 and "yjyddq/DARE" in bgpo[0]["source"]
+    tables = {r["table"] for r in rows if r["reproduction"] == "baseline-llada-gsm8k"}
+    assert tables == {"dare-algorithm-comparison", "dare-eval-reproduction"}
+
+
+def test_find_runs_by_config(spec, db_url):
+    store = Store(db_url)
+    cfg = spec.resolve("micro")
+    run_id = store.start_run(cfg, seed=1)
+    assert store.find_runs(config_hash=cfg.content_hash) == []
+    store.finish_run(run_id, [_ev()])
+    assert [r["id"] for r in store.find_runs(config_hash=cfg.content_hash, seed=1)] == [run_id]
+    assert store.find_runs(config_hash=cfg.content_hash, seed=2) == []
+    other = spec.resolve("micro", ["eval.limit=4"])
+    assert store.find_runs(config_hash=other.content_hash) == []
+
+
+def test_unwritable_database_location(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="cannot open database"):
+        Store(str(blocker / "sub" / "results.db"))
