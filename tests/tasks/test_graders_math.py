@@ -146,3 +146,34 @@ def test_dare_and_d1_disagree_on_common_gsm8k_formats():
     for why, (text, gold) in disagreements.items():
         d, o = task.grade(text, g(gold), "dare"), task.grade(text, g(gold), "d1")
         assert d.correct != o.correct, why
+
+
+def test_quirk_d1_gsm8k_eval_number_parsing():
+    task = get_task("gsm8k")
+    # in a box the FIRST number of an unparseable content counts: "1,000" -> 1
+    assert task.grade("\\boxed{1,000}", g("1000"), "d1").extracted == "1.0"
+    # in <answer> the LAST number counts: "2,125" -> 125
+    assert task.grade("<answer>2,125</answer>", g("2,125"), "d1").extracted == "125.0"
+    # non-greedy box regex: \boxed{\frac{1}{2}} yields "\frac{1" -> 1
+    assert task.grade("\\boxed{\\frac{1}{2}}", g("1"), "d1").correct is True
+
+
+def test_quirk_d1_math_unboxed_completion_is_compared_whole():
+    task = get_task("math500")
+    assert task.grade("\\frac{1}{2}", g(HALF), "d1").correct is True  # the bare completion IS the answer
+    assert task.grade("\\frac{1}{2}.", g(HALF), "d1").correct is False
+    assert task.grade("<answer>\\frac{1}{2}</answer>", g(HALF), "d1").correct is False
+
+
+def test_quirk_d1_slash_answers_fall_back_to_raw_equality():
+    # fix_a_slash_b lets int()'s ValueError escape, so is_equiv compares the raw strings
+    task = get_task("math500")
+    assert task.grade("\\boxed{x/2}", g("x/2"), "d1").correct is True
+    assert task.grade("\\boxed{x / 2}", g("x/2"), "d1").correct is False
+    assert task.grade("\\boxed{x / 2}", g("x/2"), "dare").correct is True
+
+
+def test_quirk_dare_integer_gold_needs_integer_answer():
+    task = get_task("math500")
+    assert task.grade("\\boxed{\\frac{36}{2}}", g("18"), "dare").correct is False
+    assert task.grade("\\boxed{18.0}", g("18"), "dare").correct is True

@@ -5,7 +5,7 @@
 ``correct``/``score`` = what ``parse_and_get_acc.py`` counts. The two often disagree by design: d1 trains on
 ``<answer>`` tags and evaluates GSM8K on ``\\boxed{}`` first.
 
-Quirks reproduced (each has a test named after it in ``tests/tasks/test_graders_d1.py``):
+Quirks reproduced (tests named ``test_quirk_*`` or table rows in ``tests/tasks/test_graders_{puzzles,math}.py``):
 
 - GSM8K reward: correctness is *string* equality of the stripped ``<answer>`` text with the gold ("18.0", "$18" and
   "18 dollars" get 0); without ``<answer>`` the whole completion is the "answer"; the int bonus uses ``str.isdigit``.
@@ -24,8 +24,10 @@ Quirks reproduced (each has a test named after it in ``tests/tasks/test_graders_
 - Sudoku reward: digits of the last ``<answer>`` (``str.isdigit``, separators dropped), padded/truncated to 16;
   reward = fraction of blank cells right. Eval: first ``<answer>`` (or fallbacks), only whitespace removed — a
   separator such as ``|`` shifts every later cell; score = cell accuracy (the official metric), correct = all right.
-- Code reward (d1 trains on KodCode with ``from solution import`` tests): see ``d1_code_reward``; d1 has no
-  HumanEval/MBPP evaluation, so those task × grader pairs do not exist.
+- d1's ``coding_reward_func`` targets KodCode (``from solution import`` tests), a task dare-bench does not register,
+  and d1 has no HumanEval/MBPP evaluation: the d1 × humaneval / mbpp pairs do not exist (ConfigError).
+- GSM8K gold for the evaluation is the number after ``####`` with commas removed (d1 compares floats; the forks
+  we could read parse it this way).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ index, the wiring — ``dllm_rm`` routing ``extra_info.task`` math/code — matc
 ``dllm_rm`` returns ``{"score", "acc", "pred"}``; here ``reward`` = score, ``score`` = acc (the per-item number DARE's
 validation averages), ``correct`` = acc == 1.
 
-Routing and quirks (each has a test named after it in ``tests/tasks/test_graders_dare.py``):
+Routing and quirks (tests named ``test_quirk_*`` / ``quirk_*`` rows in ``tests/tasks/test_graders_*.py``):
 
 - math tasks (GSM8K, MATH500, AIME): only the LAST ``\\boxed{...}`` counts, and only when the completion contains
   ``\\boxed``; ``<answer>`` tags are ignored, so d1-format completions score 0. ``\\boxed 5`` (no braces) and an
