@@ -225,7 +225,8 @@ def iid_masks(attention_mask: torch.Tensor, prompt_len, *, generator: torch.Gene
     """LLaDA's forward process on the completion: t ~ U(0,1) per copy, p = (1-eps) t + eps, each completion token
     masked independently with probability p; prompt and padding never masked. p_mask = p at every position.
 
-    RNG order as LLaDA's SFT snippet: `rand(B, n)` for t (skipped when `t` `[B, n]` is given), then `rand(B, n, L)`.
+    RNG order as LLaDA's SFT snippet: `rand(B, n)` for t (skipped when `t`, scalar or `[B, n]`, is given; e.g.
+    d1 / SDAR evaluation use a fixed grid), then `rand(B, n, L)`.
     `t` is returned as the drawn t (before eps); the weight is 1/p.
     """
     _check_generator(generator)
@@ -238,8 +239,12 @@ def iid_masks(attention_mask: torch.Tensor, prompt_len, *, generator: torch.Gene
         t = torch.rand((b, n), generator=generator, device=gdev, dtype=dt)
     else:
         t = torch.as_tensor(t, dtype=dt, device=gdev)
+        if t.dim() == 0:
+            t = t.expand(b, n)
         if t.shape != (b, n):
-            raise ConfigError(f"t must be [B, n] = {(b, n)}, got {tuple(t.shape)}")
+            raise ConfigError(f"t must be a scalar or [B, n] = {(b, n)}, got {tuple(t.shape)}")
+        if bool(((t < 0) | (t > 1)).any()):
+            raise ConfigError("iid noise levels t must lie in [0, 1]")
     p = (1 - eps) * t + eps
     p_mask = p[:, :, None].expand(b, n, L).clone()
     u = torch.rand((b, n, L), generator=generator, device=gdev, dtype=dt)

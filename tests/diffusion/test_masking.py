@@ -168,6 +168,9 @@ def test_iid_masks_rate_and_probabilities():
     am = torch.ones(256, 40, dtype=torch.long)
     t = torch.full((256, 2), 0.3)
     d = iid_masks(am, 8, generator=gen(4), n=2, t=t, eps=1e-3)
+    assert torch.equal(iid_masks(am, 8, generator=gen(4), n=2, t=0.3, eps=1e-3).mask, d.mask)
+    with pytest.raises(ConfigError):
+        iid_masks(am, 8, generator=gen(4), n=2, t=1.5)
     p = (1 - 1e-3) * 0.3 + 1e-3
     assert torch.allclose(d.p_mask, torch.full_like(d.p_mask, p))
     assert not bool(d.mask[:, :, :8].any())
