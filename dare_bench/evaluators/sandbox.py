@@ -12,9 +12,10 @@ Layers, strongest first (`isolation()` says which ones this machine grants; all 
   caps its process count (the kernel exempts root from RLIMIT_NPROC, so without this a fork storm is unbounded).
 * **network namespace** (`unshare(CLONE_NEWNET)`): the child sees only a down loopback device, so no connection of
   any kind leaves it.
-* **mount namespace**: every mount is read-only except the private working directory; directories the interpreter
-  lives in but an unprivileged uid cannot traverse (e.g. a pyenv under `/root`) are re-exposed read-only, and
-  everything else under them stays hidden.
+* **mount namespace**: every mount is read-only except the private working directory; `/tmp`, `/var/tmp`,
+  `/home`, `/root`, `/run/user` (other users' files and secrets) and any directory an unprivileged uid cannot
+  traverse on the way to the interpreter are covered by empty tmpfs mounts, with only the interpreter's prefixes
+  and the working directory bound back in.
 * **audit hook** (always, PEP 578): installed before the program runs; refuses sockets, fork/exec/spawn/subprocess,
   kill of other processes, ctypes calls and writes outside the working directory. It is the only network/process
   guard when the OS layers are unavailable (not root) and a second line of defence otherwise.
@@ -58,6 +59,9 @@ MAX_OUTPUT_CHARS = 64_000
 MAX_PROCESSES = 32
 MAX_FILE_MB = 16
 MAX_OPEN_FILES = 128
+# Covered by empty read-only tmpfs mounts inside the sandbox's mount namespace (the working directory and the
+# interpreter are bound back in when they live below one of them).
+HIDDEN_DIRS = ("/tmp", "/var/tmp", "/home", "/root", "/run/user")
 
 
 @dataclass(frozen=True)
@@ -97,26 +101,34 @@ def _setup(cfg):
                 enc = lambda s: None if s is None else s.encode()
                 _check(libc.mount(enc(src), enc(tgt), enc(fstype), ctypes.c_ulong(fl), enc(data)), "mount " + tgt)
             mount(None, "/", None, MS_REC | MS_PRIVATE)
-            # Interpreter roots below a directory "others" cannot traverse would be unreadable after the uid drop:
-            # cover that directory with an empty tmpfs and bind the roots back in (which also hides its secrets).
+            # Cover temp and home directories (other users' files, secrets) and any directory "others" cannot
+            # traverse on the way to the interpreter with empty tmpfs mounts, then bind back in only what the
+            # program needs: the interpreter's prefixes and its own working directory.
             import stat
             roots = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix)})
-            hidden = {}
+            hide = {d for d in cfg["hide"] if os.path.isdir(d) and not os.path.islink(d)}
             for root in roots:
                 parts = root.strip("/").split("/")
                 for i in range(1, len(parts) + 1):
                     anc = "/" + "/".join(parts[:i])
                     if not (os.stat(anc).st_mode & stat.S_IXOTH):
-                        hidden.setdefault(anc, []).append(root)
+                        hide.add(anc)
                         break
-            for anc, rs in hidden.items():
-                fds = [(r, os.open(r, os.O_PATH | os.O_DIRECTORY)) for r in rs]
-                mount("tmpfs", anc, "tmpfs", 0, "mode=0755,size=64k")
-                for r, fd in fds:
-                    os.makedirs(r, mode=0o755, exist_ok=True)
-                    mount("/proc/self/fd/%d" % fd, r, None, MS_BIND | MS_REC)
+            under = lambda p, d: p == d or p.startswith(d.rstrip("/") + "/")
+            hide = sorted(d for d in hide if not any(o != d and under(d, o) for o in hide))  # outermost only
+            expose = {}
+            for path in roots + [work]:
+                for d in hide:
+                    if under(path, d) and path != d:
+                        expose.setdefault(d, []).append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+            for d in hide:
+                mount("tmpfs", d, "tmpfs", 0, "mode=0755,size=64k")
+                for path, fd in expose.get(d, []):
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                    mount("/proc/self/fd/%d" % fd, path, None, MS_BIND | MS_REC)
                     os.close(fd)
-            mount(work, work, None, MS_BIND)
+            if not os.path.ismount(work):
+                mount(work, work, None, MS_BIND)
             # Everything read-only (one recursive mount_setattr), then the working directory writable again.
             class _Attr(ctypes.Structure):
                 _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("prop", ctypes.c_uint64), ("userns", ctypes.c_uint64)]
@@ -439,6 +451,7 @@ def _run(program: str, timeout: float, memory_mb: int, interpreter: str | None, 
         payload = json.dumps({
             "workdir": os.path.realpath(workdir), "uid": uid, "netns": netns, "mountns": mountns, "guard": guard,
             "rlimits": _rlimits(timeout, memory_mb, own_uid), "nonce": nonce, "program": program,
+            "hide": list(HIDDEN_DIRS),
         }).encode("utf-8")
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:

@@ -98,6 +98,16 @@ def test_environment_is_minimal_and_private():
     assert r.stdout.splitlines()[1] == "True"
 
 
+def test_temp_and_home_directories_are_hidden(tmp_path):
+    if not isolation().mount_namespace:
+        pytest.skip("no mount namespace here")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token")
+    r = run_code(f"import os\nprint(os.path.exists({str(secret)!r}))\n"
+                 "print(os.listdir('/tmp') == [os.path.basename(os.getcwd())])")
+    assert r.passed and r.stdout.split() == ["False", "True"]  # /tmp holds only its own working directory
+
+
 def test_hook_only_fallback_blocks_network_and_writes(tmp_path):
     # the path a non-root machine takes: no uid, no namespaces, only the audit hook
     target = tmp_path / "x.txt"
