@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dare_bench.errors import StoreError
 from dare_bench.store import environment
-from dare_bench.store.engine import open_database, resolve_url
+from dare_bench.store.engine import READ_ONLY, open_database, resolve_url
 from dare_bench.store.models import Evaluation, ReportedScoreRow, Run, Sample, StepMetric
 from dare_bench.store.records import EvaluationRecord, ResultFile, RunRecord, new_uid, read_result_file, utcnow
 
@@ -50,7 +50,10 @@ class Store:
     def __init__(self, url: str | None = None):
         self.url = resolve_url(url)
         self.engine = open_database(self.url)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # `reader`: same pool, deferred BEGIN; for dashboards and other long readers (pandas.read_sql(..., reader)).
+        self.reader = self.engine.execution_options(**{READ_ONLY: True})
+        self._write_sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._sessions = sessionmaker(self.reader, expire_on_commit=False)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -64,7 +67,7 @@ class Store:
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Session]:
         """One transaction: committed on success, rolled back on any error (nothing half-written)."""
-        session = self._sessions()
+        session = self._write_sessions()
         try:
             with session.begin():
                 yield session

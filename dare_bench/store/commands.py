@@ -48,6 +48,10 @@ def register(app: typer.Typer) -> None:
 
         if status is not None and status not in RUN_STATUSES:
             raise ConfigError(f"unknown status {status!r} (one of {', '.join(RUN_STATUSES)})")
+        if reproduction is not None:
+            from dare_bench.registry import load_registry
+
+            load_registry().get(reproduction)  # a typo gets the closest names, not an empty list
         store = Store(db)
         runs = store.latest_runs(reproduction=reproduction, scale=scale, status=status, limit=limit or None)
         if as_json:

@@ -24,6 +24,7 @@ from dare_bench.fileio import dare_bench_home
 from dare_bench.store.models import HEAD, REVISIONS, Base
 
 BUSY_TIMEOUT_S = 60
+READ_ONLY = "read_only"  # execution option: a transaction that only reads (deferred BEGIN on SQLite)
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -57,7 +58,8 @@ def make_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):  # noqa: ANN001
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Readers (engine.execution_options(read_only=True)) take no lock in WAL mode and never wait for writers.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
     return engine
 

@@ -129,3 +129,14 @@ def test_unwritable_database_location(tmp_path):
     blocker.write_text("x")
     with pytest.raises(StoreError, match="cannot open database"):
         Store(str(blocker / "sub" / "results.db"))
+
+
+def test_runs_filters(tmp_path, spec, db_url):
+    Store(db_url).ingest(_results(tmp_path, spec))
+    rows = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url, "--reproduction", "d1-llada-sudoku",
+                                          "--status", "finished", "--limit", "1"]).output)
+    assert len(rows) == 1 and rows[0]["status"] == "finished"
+    typo = runner.invoke(app, ["runs", "--db", db_url, "--reproduction", "d1-lada-sudoku"])
+    assert "did you mean d1-llada-sudoku" in str(typo.exception)
+    bad = runner.invoke(app, ["runs", "--db", db_url, "--status", "done"])
+    assert "unknown status" in str(bad.exception)

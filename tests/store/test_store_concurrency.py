@@ -85,3 +85,19 @@ def test_killed_process_leaves_no_finished_run(tmp_path, spec):
     assert run["status"] == "running" and run["evaluations"] == []
     assert len(store.metrics(run["id"])) == 1
     assert os.path.exists(tmp_path / "killed.db")
+
+
+def test_readers_do_not_wait_for_a_writer(tmp_path, spec):
+    import time
+
+    from sqlalchemy import text
+
+    store = Store(f"sqlite:///{tmp_path / 'rw.db'}")
+    run_id = store.start_run(spec.resolve("micro"), seed=0, code_version="t", packages={}, hardware={})
+    other = Store(store.url)
+    with store.engine.begin() as conn:  # a writer holds the write lock ...
+        conn.execute(text("UPDATE runs SET seed = 5"))
+        t0 = time.monotonic()
+        assert other.get_run(run_id)["seed"] == 0  # ... a reader still sees the last committed state at once
+        assert time.monotonic() - t0 < 5
+    assert other.get_run(run_id)["seed"] == 5
