@@ -99,5 +99,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"      note: {r.note}")
         for k, v in scales.items():
             typer.echo(f"\nscale {k} (config hash {payload['scales'][k]['content_hash'][:12]}):")
-            body = yaml.safe_dump(v.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110)
+            shown = v.model_dump(mode="json", exclude_none=True)
+            if v.train.kind == "none":
+                shown["train"] = {"kind": "none"}  # nothing is trained: the other fields are unused defaults
+            body = yaml.safe_dump(shown, sort_keys=False, width=110)
             typer.echo("\n".join("  " + line for line in body.rstrip().splitlines()))
