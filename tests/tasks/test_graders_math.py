@@ -177,3 +177,12 @@ def test_quirk_dare_integer_gold_needs_integer_answer():
     task = get_task("math500")
     assert task.grade("\\boxed{\\frac{36}{2}}", g("18"), "dare").correct is False
     assert task.grade("\\boxed{18.0}", g("18"), "dare").correct is True
+
+
+def test_quirk_boxed_with_a_space_and_no_braces():
+    # d1's helper special-cases "\boxed " (space): everything after it up to "$" is the answer
+    task = get_task("math500")
+    text = "so the answer is $\\boxed 18$"
+    assert task.grade(text, g("18"), "d1").correct is True
+    assert task.grade(text, g("18"), "dare").correct is False  # DARE needs \boxed{...}
+    assert get_task("gsm8k").grade(text, g("18"), "d1").correct is False  # GSM8K's regex needs the brace

@@ -1,6 +1,7 @@
 """Task registry, data loading (DARE parquet, d1 CSV/JSONL, generator), fingerprints and error handling."""
 
 import json
+import time
 
 import pytest
 
@@ -151,3 +152,28 @@ def test_plain_prompt_and_gold_answer_round_trip_through_every_grader():
             assert task.format_prompt(it, "plain").endswith("\n")
             for g in task.graders:
                 assert task.grade(gold, it, g).correct, (name, g, gold)
+
+
+NASTY = [
+    "", " ", "\n" * 50, "<answer>", "</answer><answer>", "<answer>\n</answer>", "\\boxed{", "\\boxed{}", "\\boxed",
+    "\\boxed{" * 300 + "1" + "}" * 300, "}" * 100, "\\fbox{1}", "<answer>" * 100 + "1", "\x00\x01\x02",
+    "é ü 中文 ١٢٣ ３", "\\boxed{\\frac{1}{0}}", "\\boxed{10**10**10}", "<answer>9**9**9**9</answer>",
+    "\\boxed{\\text{ }}", "\\boxed{\\sqrt}", "\\boxed{\\frac}", "\\boxed{a/b/c}", "<answer>()</answer>",
+    "<reasoning>" + "x" * 20000,
+]
+
+
+@pytest.mark.parametrize("name", ["sudoku", "countdown", "gsm8k", "math500"])
+def test_nasty_completions_are_scored_wrong_without_raising(name):
+    task = get_task(name)
+    if name in ("sudoku", "countdown"):
+        item = task.generate(1, seed=0)[0]
+    else:
+        item = Item(0, [{"role": "user", "content": "q"}], "18", {})
+    t0 = time.time()
+    for text in NASTY:
+        for grader in task.graders:
+            res = task.grade(text, item, grader)
+            assert isinstance(res.correct, bool) and isinstance(res.reward, float)
+            assert res.correct is False, (grader, text[:40])
+    assert time.time() - t0 < 20

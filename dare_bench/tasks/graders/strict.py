@@ -113,19 +113,18 @@ def grade_countdown(text: str, item: Item) -> GradeResult:
 
 
 def all_boxed(text: str) -> list[str]:
-    """Contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}``, in order."""
-    out = []
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, start = 0, m.end() - 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    out.append(text[start + 1 : i])
-                    break
-    return out
+    """Contents of every balanced ``\\boxed{...}`` / ``\\fbox{...}``, in order of their opening (one linear pass)."""
+    openers = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}
+    stack: list[tuple[int, bool]] = []
+    found: list[tuple[int, str]] = []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append((i, i in openers))
+        elif ch == "}" and stack:
+            start, is_box = stack.pop()
+            if is_box:
+                found.append((start, text[start + 1 : i]))
+    return [content for _, content in sorted(found)]
 
 
 def final_answer(text: str) -> tuple[str | None, list[str]]:
@@ -147,6 +146,7 @@ def parse_number(s: str) -> Fraction | None:
     s = s.strip()
     s = re.sub(r"^\\text\{(.*)\}$", r"\1", s).strip()
     s = s.replace("\\$", "").replace("$", "").replace("\\!", "").replace("\\,", "").strip()
+    s = re.sub(r"(?<=\d)\.$", "", s)  # a sentence-final period
     s = re.sub(r"\s*(?:\\text\{\s*[A-Za-z ]+\}|\\%|%|[A-Za-z]+(?:\s+[A-Za-z]+)?)\.?$", "", s).strip()
     m = re.fullmatch(r"-?\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", s)
     if m:
@@ -178,7 +178,9 @@ def grade_math(text: str, item: Item) -> GradeResult:
     answer, boxes = final_answer(text)
     if answer is None:
         return GradeResult(False, 0.0, None, {"reason": "no \\boxed{} and no <answer>"})
-    if any(not sympy_grader.grade(b.strip(), answer) for b in boxes[:-1]):
+    others = {b.strip() for b in boxes[:-1]} - {answer}
+    # more than a handful of distinct boxes is hedging whatever they say (and keeps sympy calls bounded)
+    if len(others) > 8 or any(not sympy_grader.grade(b, answer) for b in others):
         return GradeResult(False, 0.0, answer, {"reason": "several different boxed answers"})
     ok = sympy_grader.grade(answer, item.ground_truth)
     return GradeResult(ok, float(ok), answer, {"reason": "ok" if ok else "not equivalent"})

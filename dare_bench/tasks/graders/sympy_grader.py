@@ -21,6 +21,7 @@ stall an evaluation.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import signal
 import threading
@@ -28,6 +29,9 @@ import threading
 from dare_bench.tasks.graders import hendrycks as H
 
 SYMPY_TIMEOUT_S = 5
+
+# pylatexenc logs a warning for every malformed macro (e.g. "\\frac" without arguments) in model output
+logging.getLogger("pylatexenc").setLevel(logging.ERROR)
 
 _BAD_SUBSTRINGS = ["^{", "^("]
 _BAD_REGEXES = [r"\^[0-9]+\^", r"\^[0-9][0-9]+"]
