@@ -203,3 +203,46 @@ def test_sampler_kind_follows_traits():
     assert sampler_kind(t(attention="block_causal", logit_shift=0)) == "block"
     assert sampler_kind(t(attention="bidirectional", logit_shift=1)) == "dream"
     assert sampler_kind(t(attention="bidirectional", logit_shift=0)) == "llada"
+
+
+def test_chat_template_path_with_the_real_dream_tokenizer(monkeypatch):
+    """Paper-preset wiring minus the 7B forward: real Qwen2 tokenizer + chat template, real GSM8K items."""
+    from conftest import CHECKPOINTS, DARE_DATA
+
+    ckpt = CHECKPOINTS / "Dream-v0-Instruct-7B"
+    if not (ckpt / "vocab.json").exists() or not (DARE_DATA / "rl" / "test").exists():
+        pytest.skip("shared checkpoint metadata / DARE data not available")
+    monkeypatch.setenv("DARE_BENCH_DATA", str(DARE_DATA))
+    from dare_bench.models import load_tokenizer
+    from dare_bench.models.base import ModelTraits
+    from dare_bench.tasks import get_task
+
+    tok = load_tokenizer(ckpt)
+    traits = ModelTraits(family="dream", mask_token_id=151666, eos_token_id=151643, pad_token_id=151643,
+                         logit_shift=1, attention="bidirectional", stop_token_ids=(151645,))
+    model = types.SimpleNamespace(traits=traits, parameters=lambda: iter([torch.zeros(1)]), name_or_path="dream-stub")
+    task = get_task("gsm8k")
+    items = list(task.load(limit=3))
+    gold = {task.format_prompt(it, tok): task.format_answer(it) for it in items}
+    wrong_prompt = task.format_prompt(items[1], tok)
+    seen = {}
+
+    def fake(model_, prompt_ids, attention_mask=None, **settings):
+        seen.update(settings)
+        rows = []
+        for k, row in enumerate(prompt_ids.tolist()):
+            real = row if attention_mask is None else [t for t, m in zip(row, attention_mask[k].tolist()) if m]
+            text = tok.decode(real)
+            answer = gold[text] if text != wrong_prompt else "I give up"
+            rows.append(row + tok(answer, add_special_tokens=False)["input_ids"] + [151645] + tok("#### 0")["input_ids"])
+        width = max(map(len, rows))
+        seq = torch.tensor([r + [151643] * (width - len(r)) for r in rows])
+        st = types.SimpleNamespace(forwards=2, generated_tokens=4, tokens_per_forward=2.0, wall_seconds=0.0)
+        return types.SimpleNamespace(sequences=seq, prompt_length=prompt_ids.shape[1], stats=st, settings=settings)
+
+    res = ev.evaluate(model, task, tokenizer=tok, preset="dare-dream-math", limit=3, progress=False,
+                      generate_fn=fake)
+    assert seen["alg"] == "entropy" and seen["steps"] == 512 and seen["max_new_tokens"] == 512
+    assert all(r["prompt"].rstrip().endswith("<|im_start|>assistant") for r in res.records)
+    assert [r["correct"] for r in res.records] == [True, False, True]
+    assert all("#### 0" not in r["completion"] for r in res.records)  # cut at <|im_end|>
