@@ -140,3 +140,18 @@ def test_quirk_countdown_d1_eval_takes_first_equation_of_unboxed_text():
     text = "try 30 + 100 - 93 = 37, no. Then 30 - 100 + 93 = 23.\n<answer>30-100+93</answer>"
     r = get_task("countdown").grade(text, CD, "d1")
     assert r.extracted == "30 + 100 - 93" and r.correct is False
+
+
+def test_sudoku_eval_pattern_rewrite_matches_the_official_regex():
+    import random
+    import re
+
+    official, ours = r".*?(\d{16})\s*</answer>", r"(\d{16})\s*</answer>"
+    rng = random.Random(0)
+    for _ in range(500):
+        s = "".join(rng.choice("0123456789 \n</answer>ax") for _ in range(rng.randint(0, 60)))
+        if rng.random() < 0.6:
+            s += "".join(rng.choice("0123456789") for _ in range(rng.randint(14, 20))) + rng.choice(
+                ["</answer>", " \n</answer>", "x"]) + s
+        a, b = re.search(official, s, re.DOTALL), re.search(ours, s, re.DOTALL)
+        assert (a and a.group(1)) == (b and b.group(1))
