@@ -480,8 +480,11 @@ def _run(program: str, timeout: float, memory_mb: int, interpreter: str | None, 
                     pass
             seconds = time.monotonic() - start
             stdout, stderr = _read_capped(out), _read_capped(err)
+            # the marker is the last thing written: look for it at the end, however much came before
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 256))
+            tail = err.read().decode("utf-8", "replace")
         rc = proc.returncode
-        finished = rc == 0 and (nonce in stderr)
+        finished = rc == 0 and tail.rstrip("\n").endswith(nonce)
         stderr = stderr.replace("\n" + nonce + "\n", "").replace(nonce, "")
         if timed_out:
             status = "timeout"

@@ -126,8 +126,8 @@ def test_process_start_is_refused_even_through_the_c_helper():
 
 
 def test_output_is_capped():
-    r = run_code("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 1000)")
-    assert r.passed and len(r.stdout) == sandbox.MAX_OUTPUT_CHARS
+    r = run_code("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 1000)\n    sys.stderr.write('y' * 100)")
+    assert r.passed and len(r.stdout) == len(r.stderr) == sandbox.MAX_OUTPUT_CHARS
 
 
 def test_run_many_keeps_order_and_isolates_failures():
