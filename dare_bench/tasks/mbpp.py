@@ -63,13 +63,14 @@ class MBPPTask(Task):
         return [dict(m) for m in FEW_SHOT] + [task, {"role": "assistant", "content": "[BEGIN]\n"}]
 
     def row_to_item(self, row: dict[str, Any], index: int, split: str) -> Item:
-        if "text" not in row or "test_list" not in row:
-            raise DataError(f"mbpp rows need text and test_list, got {sorted(row)}")
+        text = row.get("text", row.get("prompt"))  # the "sanitized" MBPP config calls it prompt
+        if text is None or "test_list" not in row:
+            raise DataError(f"mbpp rows need text (or prompt) and test_list, got {sorted(row)}")
         tests = [str(t) for t in row["test_list"]]
         extra = {"index": index, "split": split, "task": "code", "data_source": "mbpp"}
         if row.get("code"):
             extra["code"] = str(row["code"])
-        return Item(index, self.make_messages(str(row["text"]), tests), json.dumps(tests), extra)
+        return Item(index, self.make_messages(str(text), tests), json.dumps(tests), extra)
 
     def check_item(self, item: Item) -> None:
         try:

@@ -112,3 +112,11 @@ def test_grade_many_keeps_order_and_runs_code_concurrently():
     assert [r.correct for r in results] == [True, False, False]
     with pytest.raises(ConfigError):
         task.grade_many(["a"], [MBPP, MBPP])
+
+
+def test_strict_mbpp_entry_point_skips_builtins_and_modules():
+    from dare_bench.tasks.graders.strict import mbpp_entry_point
+
+    assert mbpp_entry_point(["assert math.isclose(area_tetra(3), 15.58, rel_tol=0.001)"]) == "area_tetra"
+    assert mbpp_entry_point(["assert set(similar((3, 4), (4, 5))) == set((4,))"]) == "similar"
+    assert mbpp_entry_point(["assert sum(10,15) == 6"]) == "sum"  # an MBPP task really is named sum

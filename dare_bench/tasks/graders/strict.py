@@ -223,6 +223,25 @@ def grade_humaneval(text: str, item: Item) -> GradeResult:
     return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
 
 
+def mbpp_entry_point(tests: list[str]) -> str:
+    """The function under test: the first called name that is not a builtin (``math.isclose(area(..))`` -> area),
+    else the first name after ``assert`` (one MBPP task is literally called ``sum``)."""
+    import builtins
+
+    for t in tests:
+        try:
+            tree = ast.parse(t)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+                return node.func.id
+    m = re.search(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(", tests[0]) if tests else None
+    if m is None:
+        raise ValueError("cannot tell the MBPP function name from the tests")
+    return m.group(1)
+
+
 def grade_mbpp(text: str, item: Item) -> GradeResult:
     import json
 
@@ -230,12 +249,10 @@ def grade_mbpp(text: str, item: Item) -> GradeResult:
     from dare_bench.tasks.graders.dare import extract_code, extract_code_mbpp
 
     tests = json.loads(item.ground_truth)
-    m = re.search(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(", tests[0]) if tests else None
+    name = mbpp_entry_point(tests)
     code = extract_code(text) or extract_code_mbpp(text)
-    if m is None:
-        raise ValueError("cannot tell the MBPP function name from the tests")
-    if code is None or not _defines(code, m.group(1)):
-        return GradeResult(False, 0.0, code, {"reason": f"no top-level def {m.group(1)}(...)"})
+    if code is None or not _defines(code, name):
+        return GradeResult(False, 0.0, code, {"reason": f"no top-level def {name}(...)"})
     program = code + "\n\n" + "\n".join(tests) + "\n"
     res = run_code(program, timeout=float(max(3, len(tests))), memory_mb=1024)
     return GradeResult(res.passed, float(res.passed), code, {"status": res.status, "stderr": res.stderr[-2000:]})
