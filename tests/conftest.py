@@ -11,7 +11,8 @@ LOSSES = SHARED / "fixtures" / "losses"
 DARE_DATA = SHARED / "data" / "dare"
 CHECKPOINTS = SHARED / "data" / "checkpoints"
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Tiny models: one thread is as fast as two and does not collapse when cores are shared (OpenMP spin-waits).
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
