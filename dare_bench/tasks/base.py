@@ -198,8 +198,9 @@ class Task:
     def plain_prompt(self, item: Item) -> str:
         raise NotImplementedError
 
-    def format_answer(self, item: Item) -> str:
-        """A gold completion the graders accept (SFT target for tiny runs)."""
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
+        """A gold completion every grader accepts (SFT target for tiny runs); ``grader`` may select a shorter form
+        that only that grader needs."""
         raise NotImplementedError
 
     def generate(self, n: int, seed: int = 0, split: str = "test") -> TaskDataset:
@@ -273,7 +274,10 @@ class Task:
             if src.startswith("hf:"):
                 ds = self._load_hf(src, split)
             elif src == "generator" or src.startswith("generator:"):
-                seed = int(src.partition(":")[2] or 0)
+                try:
+                    seed = int(src.partition(":")[2] or 0)
+                except ValueError as e:
+                    raise ConfigError(f"{src!r}: expected generator or generator:<integer seed>") from e
                 ds = self.generate(self.default_generated_size(split) if limit is None else limit, seed, split)
             else:
                 ds = self._load_file(Path(src), split)

@@ -44,7 +44,7 @@ class GSM8KTask(Task):
     def plain_prompt(self, item: Item) -> str:
         return f"Question: {item.prompt_messages[-1]['content']}\nAnswer:\n"
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
         # accepted by all three graders: a box for dare/d1-eval/strict, a bare <answer> for d1's XML rewards
         gt = item.ground_truth
         return f"<reasoning>\nThe answer is \\boxed{{{gt}}}.\n</reasoning>\n<answer>\n{gt}\n</answer>\n"

@@ -48,7 +48,7 @@ class HumanEvalTask(Task):
     def plain_prompt(self, item: Item) -> str:
         return self.code_prompt(item)
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
         solution = item.extra.get("canonical_solution")
         if not solution:
             raise DataError("this HumanEval source has no canonical solution (DARE's parquet has none); "

@@ -39,6 +39,6 @@ class Math500Task(Task):
     def plain_prompt(self, item: Item) -> str:
         return f"Problem: {item.prompt_messages[-1]['content']}\nSolution:\n"
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
         gt = item.ground_truth
         return f"<reasoning>\nThe answer is \\boxed{{{gt}}}.\n</reasoning>\n<answer>\n\\boxed{{{gt}}}\n</answer>\n"

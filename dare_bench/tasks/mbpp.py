@@ -84,7 +84,7 @@ class MBPPTask(Task):
         task = item.prompt_messages[-2]["content"] if len(item.prompt_messages) >= 2 else item.prompt_messages[-1]["content"]
         return task + "[BEGIN]\n"
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
         code = item.extra.get("code")
         if not code:
             raise DataError("this MBPP source has no reference code (DARE's parquet has none); load MBPP rows with 'code'")

@@ -76,6 +76,6 @@ class SudokuTask(Task):
     def plain_prompt(self, item: Item) -> str:
         return f"sudoku {item.extra['puzzle']}\n"
 
-    def format_answer(self, item: Item) -> str:
+    def format_answer(self, item: Item, grader: str | None = None) -> str:
         solution = item.ground_truth or solve_sudoku(str(item.extra["puzzle"]))
         return f"<answer>{solution}</answer>"

@@ -177,3 +177,14 @@ def test_nasty_completions_are_scored_wrong_without_raising(name):
             assert isinstance(res.correct, bool) and isinstance(res.reward, float)
             assert res.correct is False, (grader, text[:40])
     assert time.time() - t0 < 20
+
+
+def test_generator_source_string():
+    ds = get_task("sudoku").load("test", source="generator:3", limit=4)
+    assert len(ds) == 4 and ds.fingerprint == get_task("sudoku").generate(4, seed=3).fingerprint
+    with pytest.raises(ConfigError, match="generator"):
+        get_task("sudoku").load("test", source="generator:abc")
+    with pytest.raises(DataError, match="no procedural generator"):
+        get_task("gsm8k").load("test", source="generator")
+    with pytest.raises(DataError, match="no standard 'train' split"):
+        get_task("humaneval").load("train")
