@@ -22,8 +22,9 @@ def micro_llada(seed: int = 0, **overrides):
     from dare_bench.models.llada import adapt_vocab
     from dare_bench.models.presets import preset_config
 
-    cfg = preset_config("tiny-llada", n_layers=1, d_model=32, n_heads=2, n_kv_heads=2, mlp_hidden_size=64,
-                        **overrides)
+    sizes = dict(n_layers=1, d_model=32, n_heads=2, n_kv_heads=2, mlp_hidden_size=64)
+    sizes.update(overrides)
+    cfg = preset_config("tiny-llada", **sizes)
     cfg = adapt_vocab(cfg, vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
     model = build_model(cfg)
     with torch.random.fork_rng(devices=[]):

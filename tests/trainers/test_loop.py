@@ -20,6 +20,15 @@ from dare_bench.trainers.loop import (
 from rl_fakes import EOS, CharTokenizer, ReverseTask, micro_llada, rl_settings
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The RL loop's tiny matmuls run ~10x faster on one thread than on two on this shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_loop_never_names_an_algorithm_backbone_or_task():
     src = Path(loop_mod.__file__).read_text()
     code = re.sub(r'""".*?"""', "", src, flags=re.S)  # docstrings may give example commands
