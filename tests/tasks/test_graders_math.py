@@ -186,3 +186,10 @@ def test_quirk_boxed_with_a_space_and_no_braces():
     assert task.grade(text, g("18"), "d1").correct is True
     assert task.grade(text, g("18"), "dare").correct is False  # DARE needs \boxed{...}
     assert get_task("gsm8k").grade(text, g("18"), "d1").correct is False  # GSM8K's regex needs the brace
+
+
+def test_quirk_dare_normalises_slash_answers_that_d1_compares_raw():
+    task = get_task("math500")
+    text = "\\boxed{\\left( x / 2 \\right)}"
+    assert task.grade(text, g("(x/2)"), "dare").correct is True
+    assert task.grade(text, g("(x/2)"), "d1").correct is False

@@ -48,7 +48,7 @@ def mathd_normalize(answer: str | None) -> str | None:
         m = re.search(r"^\\text\{(?P<text>.+?)\}$", answer)
         if m is not None:
             answer = m.group("text").strip()
-        return H.strip_string(answer)
+        return H.strip_string(answer, lenient=True)  # DARE's copy of _fix_a_slash_b catches everything
     except Exception:
         return answer
 
