@@ -15,6 +15,8 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
     task.format_prompt(item, "plain")             # short prompt for tiny models (task tokenizer covers it)
     task.format_prompt(item, tokenizer)           # the checkpoint's chat template over DARE's messages
     task.format_answer(item)                      # gold completion every grader accepts (SFT target)
+    task.format_answer(item, grader="dare")       # countdown: the shorter form that grader needs
+    from dare_bench.tasks.tokenizer import build_task_tokenizer   # tiny char-level HF tokenizer per task
     res = task.grade(completion, item, grader="dare")
         # GradeResult(correct, reward, extracted, details, score): reward = the grader's TRAINING reward,
         # correct = its EVALUATION verdict, score = the per-item evaluation metric the official code averages
@@ -25,6 +27,10 @@ Graders (``dare_bench/tasks/graders/``): ``dare`` (default; DARE's ``dllm_rm``),
 and parse_and_get_acc.py verdicts), ``strict`` (ours: closes the exploitable official quirks). Pairs that do not
 exist: ``d1`` × ``humaneval`` / ``mbpp`` (d1 has no HumanEval/MBPP reward or evaluation); asking for one raises
 ConfigError. Each grader module's docstring lists the official quirks it reproduces.
+
+Averaging: the official aggregate is the mean of ``score`` — except d1's Sudoku evaluation, which divides total
+correct cells by total blank cells (``details["correct_cells"]`` / ``details["empty_cells"]``; equal to the mean when
+every puzzle has the same number of blanks, as in DARE's files and the generator).
 """
 
 from __future__ import annotations
