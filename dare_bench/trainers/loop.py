@@ -241,6 +241,16 @@ class PromptStream:
         self._order = self._perm(self.epoch)
 
 
+def load_train_items(task, data: Sequence[str]) -> list[Any]:
+    """The training items named by `train.data`: the task's own name (or nothing) means its standard train split,
+    anything else is a source for `task.load` (a file, `hf:<id>@<rev>`, `generator:<seed>`); sets concatenate."""
+    sources = list(data) or [task.name]
+    items: list[Any] = []
+    for src in sources:
+        items.extend(task.load("train") if src == task.name else task.load("train", source=src))
+    return items
+
+
 # --- rollout helpers ---------------------------------------------------------------------------------------------
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of a prompt, without special tokens (templated prompts already carry them)."""
@@ -303,7 +313,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     sink: called as `sink(step, metrics)` after every loop step (rank 0 only); steps are 1-based.
     checkpoint_dir / resume: checkpoints every `train.checkpoint_every` loop steps and at the end; with `resume`,
         continue from the latest complete checkpoint there (metrics history included) if one exists.
-    items: training items (default `task.load("train")`); prompt_template: "plain" or a chat tokenizer
+    items: training items (default: `train.data` through `load_train_items`); prompt_template: "plain" or a chat tokenizer
         (`task.format_prompt`); grader: the task grader that gives the reward.
     micro_batch_size: rows per forward / backward (default: the whole rollout batch of this rank).
     stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
@@ -328,7 +338,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     total_opt_steps = int(cfg.steps) if cfg.steps is not None else None
 
     if items is None:
-        items = list(task.load("train"))
+        items = load_train_items(task, cfg.data)
     items = list(items)
     if total_opt_steps is None:
         loop_steps_per_epoch = math.ceil(len(items) / n_prompts)
@@ -567,4 +577,5 @@ def _jsonable(obj):
 
 
 __all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "TIMING_KEYS", "TrainResult", "algorithm_settings",
-           "apply_lora", "build_scheduler", "completion_mask", "default_lora_targets", "rollout_settings", "train_rl"]
+           "apply_lora", "build_scheduler", "completion_mask", "default_lora_targets", "load_train_items",
+           "rollout_settings", "train_rl"]

@@ -155,3 +155,37 @@ def test_bad_settings_fail_before_training():
         train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d2", rl_settings(), progress=False)
     with pytest.raises(ConfigError, match="quant_4bit"):
         _run(cfg={"lora": {"r": 2, "alpha": 4, "quant_4bit": True}})
+
+
+def test_real_task_tokenizer_and_registry_config():
+    """d1-llada-sudoku at micro scale through the real task, its tiny tokenizer and the tiny-llada preset."""
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_for_tokenizer
+    from dare_bench.registry import get
+    from dare_bench.tasks import get_task
+    from dare_bench.tasks.tokenizer import build_task_tokenizer
+
+    run = get("d1-llada-sudoku").resolve("micro", ["train.steps=1", "train.batch_prompts=2",
+                                                   "train.rollout.gen_length=8", "train.rollout.steps=8"])
+    task = get_task("sudoku")
+    tok = build_task_tokenizer("sudoku")
+    config = preset_for_tokenizer(run.profile.model.preset, tok, n_layers=1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model(config)
+        model.init_weights()
+    items = task.generate(8, seed=1, split="train").items
+    records = []
+    res = train_rl(model, tok, task, run.algorithm, run.profile.train, items=items, progress=False,
+                   sink=lambda s, m: records.append(m))
+    assert res.final_step == 1 and len(records) == 1
+    m = records[0]
+    assert 0.0 <= m["reward_mean"] <= 1.0 and math.isfinite(m["loss"]) and m["completion_tokens"] >= 1
+    assert res.info["sampler"] == {"gen_length": 8, "steps": 8, "temperature": 0.9}
+    assert res.info["algorithm_config"]["p_mask_prompt"] == 0.15
+
+
+def test_train_data_names_the_sources():
+    task = ReverseTask(n=5)
+    assert len(loop_mod.load_train_items(task, [])) == 5
+    assert len(loop_mod.load_train_items(task, ["reverse", "reverse"])) == 10
