@@ -14,6 +14,8 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
     task.generate(n, seed, split)                 # sudoku / countdown only
     task.format_prompt(item, "plain")             # short prompt for tiny models (task tokenizer covers it)
     task.format_prompt(item, tokenizer)           # the checkpoint's chat template over DARE's messages
+    task.format_prompt(item, tokenizer, style="d1")   # d1's evaluation prompt (+ "<reasoning>"), for d1 presets
+    task.messages(item, style)                    # the chat itself ("dare" | "d1")
     task.format_answer(item)                      # gold completion every grader accepts (SFT target)
     task.format_answer(item, grader="dare")       # countdown: the shorter form that grader needs
     from dare_bench.tasks.tokenizer import build_task_tokenizer   # tiny char-level HF tokenizer per task

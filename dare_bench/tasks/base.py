@@ -247,20 +247,45 @@ class Task:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(lambda pair: self.grade(pair[0], pair[1], grader), zip(completions, items)))
 
-    def format_prompt(self, item: Item, template: Any = "plain") -> str:
-        """``"plain"``: the short tiny-run prompt; a tokenizer with a chat template: the real checkpoint's prompt."""
+    #: d1's evaluation instruction (``eval/<task>.py`` system prompt), for tasks d1 evaluates
+    d1_eval_prompt: str | None = None
+
+    def d1_eval_question(self, item: Item) -> str:
+        """The question text d1's evaluation puts after its instruction."""
+        return item.prompt_messages[-1]["content"]
+
+    def messages(self, item: Item, style: str = "dare") -> list[dict[str, str]]:
+        """The chat to send: ``"dare"`` = DARE's messages (training and DARE's evaluation); ``"d1"`` = d1's
+        evaluation prompt (instruction + "\\n\\n" + question as one user turn; it asks for ``\\boxed{}`` inside
+        ``<answer>``, which d1's evaluation parser expects)."""
+        if style == "dare":
+            return item.prompt_messages
+        if style == "d1":
+            if self.d1_eval_prompt is None:
+                raise ConfigError(f"d1 has no evaluation prompt for task {self.name!r}")
+            return [{"role": "user", "content": self.d1_eval_prompt + "\n\n" + self.d1_eval_question(item)}]
+        raise ConfigError(f"unknown prompt style {style!r}; use 'dare' or 'd1'")
+
+    def format_prompt(self, item: Item, template: Any = "plain", style: str = "dare") -> str:
+        """``"plain"``: the short tiny-run prompt; a tokenizer with a chat template: the real checkpoint's prompt.
+
+        ``style="d1"`` renders d1's evaluation prompt and appends ``<reasoning>`` after the generation prompt, as
+        d1's ``eval/gsm8k.py`` does (``add_reasoning=True``)."""
         if isinstance(template, str):
-            if template == "plain":
+            if template == "plain" and style == "dare":
                 return self.plain_prompt(item)
+            if template == "plain":
+                raise ConfigError("the plain tiny-run template has no d1 style; pass a tokenizer")
             raise ConfigError(f"unknown prompt template {template!r}; use 'plain' or pass a tokenizer")
         apply = getattr(template, "apply_chat_template", None)
         if apply is None or not getattr(template, "chat_template", None):
             raise ConfigError("prompt template must be 'plain' or a tokenizer that has a chat template")
-        messages = item.prompt_messages
+        messages = self.messages(item, style)
         if messages and messages[-1].get("role") == "assistant":
             # DARE's MBPP prompts end with a pre-filled assistant turn ("[BEGIN]\n"): continue it, do not close it
             return apply(messages, tokenize=False, continue_final_message=True)
-        return apply(messages, tokenize=False, add_generation_prompt=True)
+        text = apply(messages, tokenize=False, add_generation_prompt=True)
+        return text + "<reasoning>" if style == "d1" else text
 
     def load(self, split: str = "test", source: str | os.PathLike | None = None, limit: int | None = None) -> TaskDataset:
         if split not in SPLITS:

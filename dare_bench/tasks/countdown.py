@@ -31,8 +31,18 @@ COUNTDOWN_PROMPT = (
 )
 
 
+# d1's eval/countdown.py instruction (note: no separator before "Respond"); question "Numbers: [..]\nTarget: N"
+D1_EVAL_PROMPT = (
+    "Using only the provided numbers, create an arithmetic expression that evaluates to exactly the provided target "
+    "number. You may use the operations +, -, *, and / as needed, but each number must be used exactly once. Think "
+    "step-by-step. After reasoning, provide only your final expression inside \\boxed{} tags without including an "
+    "equals sign or the target number. For example: \\boxed{a + b * c}Respond in the following format:\n<reasoning>\n"
+    "Your reasoning here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>"
+)
+
 class CountdownTask(Task):
     name = "countdown"
+    d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "countdown_1.parquet", "train": "countdown-n20000_1.parquet"}
     hf_hint = "Jiayi-Pan/Countdown-Tasks-3to4"
     has_generator = True
@@ -79,6 +89,9 @@ class CountdownTask(Task):
         items = [self.make_item(i, nums, target, split, expr) for i, (nums, target, expr) in enumerate(games)]
         return TaskDataset(self.name, split, items, source=f"generator:countdown(seed={seed},n={n},numbers=3)",
                            fingerprint=sha256_items(items))
+
+    def d1_eval_question(self, item: Item) -> str:
+        return f"Numbers: {d1.countdown_numbers(item)}\nTarget: {int(item.ground_truth)}"
 
     def plain_prompt(self, item: Item) -> str:
         nums = " ".join(str(x) for x in d1.countdown_numbers(item))

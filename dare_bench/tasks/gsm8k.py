@@ -19,8 +19,16 @@ from dare_bench.tasks.base import GraderFn, Item, Task
 from dare_bench.tasks.graders import d1, dare, strict
 
 
+# d1's eval/gsm8k.py instruction (zero-shot: instruction + "\n\n" + question)
+D1_EVAL_PROMPT = (
+    "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the final answer "
+    "in a \\boxed{}. \nRespond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n"
+    "\\boxed{...}\n</answer>"
+)
+
 class GSM8KTask(Task):
     name = "gsm8k"
+    d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "gsm8k_1.parquet", "train": "gsm8k_1.parquet"}
     hf_hint = "openai/gsm8k:main"
 

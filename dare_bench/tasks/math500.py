@@ -17,8 +17,16 @@ from dare_bench.tasks.graders import d1, dare, strict
 from dare_bench.tasks.graders.dare import extract_answer
 
 
+# d1's eval/math500.py instruction; the stray '" ' after </answer> is in the original
+D1_EVAL_PROMPT = (
+    "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the final answer "
+    "in a \\boxed{}.\nRespond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n"
+    "\\boxed{...}\n</answer>\" \n"
+)
+
 class Math500Task(Task):
     name = "math500"
+    d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "math500_1.parquet", "train": "math_1.parquet"}
     hf_hint = "HuggingFaceH4/MATH-500"
 

@@ -34,8 +34,12 @@ SUDOKU_PROMPT = (
 BLANKS = {"test": 8, "train": 9}
 
 
+# d1's eval/sudoku.py instruction (starts and ends with a newline); question "Solve the following Sudoku puzzle: P\n"
+D1_EVAL_PROMPT = "\n" + SUDOKU_PROMPT.split("\n\n\nSolve the following")[0] + "\n"
+
 class SudokuTask(Task):
     name = "sudoku"
+    d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "sudoku_1.parquet", "train": "sudoku-n20000_1.parquet"}
     hf_hint = "<a dataset with Puzzle/Solution columns>"
     has_generator = True
@@ -72,6 +76,9 @@ class SudokuTask(Task):
         items = [self.make_item(i, p, s, split) for i, (p, s) in enumerate(pairs)]
         return TaskDataset(self.name, split, items, source=f"generator:sudoku(seed={seed},n={n},blanks={BLANKS.get(split, 8)})",
                            fingerprint=sha256_items(items))
+
+    def d1_eval_question(self, item: Item) -> str:
+        return f"Solve the following Sudoku puzzle: {item.extra['puzzle']}\n"
 
     def plain_prompt(self, item: Item) -> str:
         return f"sudoku {item.extra['puzzle']}\n"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import CHECKPOINTS, DARE_DATA
-from dare_bench.errors import DataError
+from dare_bench.errors import ConfigError, DataError
 from dare_bench.tasks import get_task
 from dare_bench.tasks.base import Item
 from dare_bench.tasks.tokenizer import build_task_tokenizer
@@ -110,3 +110,26 @@ def test_chat_templates_of_the_real_checkpoints(checkpoint, marker):
     mbpp = get_task("mbpp")
     m_item = mbpp.row_to_item({"text": "Write f.", "test_list": ["assert f(1) == 1"]}, 0, "test")
     assert mbpp.format_prompt(m_item, tok).rstrip().endswith("[BEGIN]")
+
+
+def test_d1_evaluation_prompt_style():
+    gsm = get_task("gsm8k")
+    item = Item(0, [{"role": "user", "content": "What is 9*2?"}], "18", {})
+    (msg,) = gsm.messages(item, "d1")
+    assert msg["role"] == "user" and msg["content"].startswith("You are a math expert.")
+    assert msg["content"].endswith("<answer>\n\\boxed{...}\n</answer>\n\nWhat is 9*2?")
+    cd = get_task("countdown")
+    c_item = cd.generate(1, seed=0)[0]
+    assert cd.messages(c_item, "d1")[0]["content"].endswith("\n\nNumbers: [79, 15, 41]\nTarget: 8")
+    su = get_task("sudoku")
+    s_item = su.generate(1, seed=0)[0]
+    content = su.messages(s_item, "d1")[0]["content"]
+    assert content.startswith("\nPlease solve") and content.endswith(f"</answer>\n\n\nSolve the following Sudoku puzzle: {s_item.extra['puzzle']}\n")
+    tok = build_task_tokenizer("gsm8k")
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    assert gsm.format_prompt(item, tok, style="d1").endswith("What is 9*2?<assistant><reasoning>")
+    assert gsm.format_prompt(item, tok) == "<user>What is 9*2?<assistant>"
+    with pytest.raises(ConfigError, match="no evaluation prompt"):
+        get_task("humaneval").messages(item, "d1")
+    with pytest.raises(ConfigError):
+        gsm.format_prompt(item, "plain", style="d1")
