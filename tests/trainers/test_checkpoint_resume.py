@@ -141,3 +141,40 @@ def test_incomplete_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(tmp_path) == good
     save_checkpoint(tmp_path, 4, model=model, optimizer=opt, scheduler=sch, trainer_state={}, rng={}, keep_last=1)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [4]
+
+
+DIST_RUNNER = r"""
+import sys, torch
+sys.path.insert(0, {here!r})
+torch.set_num_threads(1)
+from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
+from dare_bench.trainers.distributed import init_distributed
+from dare_bench.trainers.loop import train_rl
+info = init_distributed()
+res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(steps=2, checkpoint_every=1),
+               checkpoint_dir=sys.argv[1], seed=3, progress=False)
+torch.save({{"state": res.policy.state_dict(), "history": res.history}}, sys.argv[2] + f".{{info.rank}}")
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_stay_identical_and_checkpoint_once(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "dist_runner.py"
+    script.write_text(DIST_RUNNER.format(here=str(HERE)))
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out.pt"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                           str(port), str(script), str(ckpt), str(out)], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (torch.load(f"{out}.{r}", weights_only=False) for r in (0, 1))
+    _same_weights(r0["state"], r1["state"])  # gradients were averaged: replicas never diverge
+    assert _deterministic(r0["history"]) == _deterministic(r1["history"])  # metrics all-reduced
+    assert [s for s, _ in list_checkpoints(ckpt)] == [1, 2]
+    rng = torch.load(latest_checkpoint(ckpt) / "rng.pt", weights_only=False)
+    assert isinstance(rng, list) and len(rng) == 2  # one RNG record per rank
