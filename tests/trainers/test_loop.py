@@ -189,3 +189,15 @@ def test_train_data_names_the_sources():
     task = ReverseTask(n=5)
     assert len(loop_mod.load_train_items(task, [])) == 5
     assert len(loop_mod.load_train_items(task, ["reverse", "reverse"])) == 10
+
+
+def test_every_rl_algorithm_of_the_config_schema_with_a_plugin_resolves():
+    """Reproduction YAMLs spell algorithms with hyphens (coupled-grpo); plug-ins register module-style names."""
+    from dare_bench.config import ALGORITHMS as CONFIG_NAMES
+    from dare_bench.trainers.algorithms import get_algorithm, list_algorithms
+
+    plugins = set(list_algorithms())
+    for name in CONFIG_NAMES:
+        if name.replace("-", "_") in plugins:
+            assert get_algorithm(name).name == name.replace("-", "_")
+    assert "d1" in plugins

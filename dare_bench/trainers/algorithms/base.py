@@ -23,6 +23,7 @@ Refinements made with the shared loop (all backwards compatible):
   in `validate()`.
 - `Algorithm.forward_batch_size`: rows per no-grad forward in `prepare` (None = all rows at once); set by the loop
   from its micro-batch size so that `prepare` never holds the logits of the whole rollout batch.
+- `get_algorithm` accepts the reproduction spelling with hyphens (`coupled-grpo` -> `coupled_grpo`).
 - Masks / noise drawn in `prepare` must be drawn for the whole batch there (not per micro-batch in `backward`), so a
   run's numbers do not depend on the micro-batch size.
 """
@@ -182,7 +183,11 @@ def _import_all() -> None:
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
+    """The plug-in class registered as `name`; reproduction names with hyphens (`coupled-grpo`) find the module-style
+    registration (`coupled_grpo`)."""
     _import_all()
+    if name not in ALGORITHMS and name.replace("-", "_") in ALGORITHMS:
+        name = name.replace("-", "_")
     if name not in ALGORITHMS:
         hint = difflib.get_close_matches(name, ALGORITHMS, n=1)
         raise ConfigError(f"unknown algorithm {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
