@@ -46,6 +46,9 @@ SUDOKU_CASES = [
     ("changes_a_given", "<answer>4142243142131324</answer>", (True, 1.0, 1.0), (True, 1.0, 1.0), False),
     ("fenced_in_answer", "<answer>\n```\n3142 2431 4213 1324\n```\n</answer>", (True, 1.0, 1.0), (True, 1.0, 1.0),
      False),
+    # the rewards keep only digits; d1's evaluation keeps "\boxed{" and shifts every cell (1 of 8 right)
+    ("boxed_in_answer", "<answer>\n\\boxed{3142243142131324}\n</answer>", (True, 1.0, 1.0), (False, 1.0, 0.125),
+     True),
     ("empty", "", (False, 0.0, 0.0), (False, 0.0, 0.0), False),
     ("empty_answer", "<answer></answer>", (False, 0.0, 0.0), (False, 0.0, 0.0), False),
 ]
@@ -80,7 +83,7 @@ COUNTDOWN_CASES = [
     # d1's evaluation reads a box (its eval prompt asks for one); rewards read <answer>
     ("boxed_and_answer", CD, "\\boxed{30-(100-93)}\n<answer>30-(100-93)</answer>", (True, 1.0, 1.0),
      (True, 1.0, 1.0), True),
-    ("boxed_only", CD, "so the answer is \\boxed{93-100+30}", (False, 0.0, 0.0), (True, 0.0, 1.0), False),
+    ("boxed_only", CD, "so the answer is \\boxed{93-100+30}", (False, 0.0, 0.0), (True, 0.0, 1.0), True),
     # "= 23" brings the target's digits into the number check (0.1), d1's evaluation cuts "= value" off
     ("with_equals", CD, "\\boxed{30 - 100 + 93 = 23}\n<answer>30 - 100 + 93 = 23</answer>", (False, 0.1, 0.1),
      (True, 0.1, 1.0), True),
@@ -97,7 +100,7 @@ COUNTDOWN_CASES = [
      False),
     ("decimal_point", CD, "<answer>30.0-100+93</answer>", (False, 0.1, 0.1), (False, 0.1, 0.0), False),
     ("latex_operators", cd([6, 4, 3], 8), "\\boxed{6 \\times 4 \\div 3}\n<answer>6 \\times 4 \\div 3</answer>",
-     (False, 0.1, 0.1), (True, 0.1, 1.0), False),
+     (False, 0.1, 0.1), (True, 0.1, 1.0), True),
     ("division_float", cd([6, 4, 3], 8), "\\boxed{6*4/3}\n<answer>6*4/3</answer>", (True, 1.0, 1.0),
      (True, 1.0, 1.0), True),
     ("division_by_zero", cd([5, 5, 3], 3), "\\boxed{3+5/(5-5)}<answer>3+5/(5-5)</answer>", (False, 0.1, 0.1),

@@ -5,12 +5,15 @@ Reward = verdict (1.0 / 0.0) everywhere, so a policy cannot farm partial credit 
 
 What it closes (per task):
 
-- Sudoku: the answer is the LAST ``<answer>`` body; whitespace and the separators ``| , - + _ .`` are ignored, any
-  other character fails; it must be exactly 16 digits 1-4, keep every given of the puzzle and satisfy all rows,
-  columns and boxes (d1 pads short answers with zeros, truncates long ones and keeps digits from any junk).
-- Countdown: the LAST ``<answer>`` body, with an optional trailing ``= target``; only integer literals, ``+ - * /``
-  and parentheses (no ``**``, ``//``, decimals, unary tricks such as ``--5``); every given number used exactly once
-  as a literal; exact rational arithmetic (no 1e-5 tolerance).
+- Sudoku / Countdown read the LAST ``<answer>`` body (a single ``\\boxed{}`` around it is unwrapped, as d1's
+  evaluation prompts ask for), else the last ``\\boxed{}``.
+- Sudoku: whitespace and the separators ``| , - + _ .`` are ignored, any other character fails; it must be exactly 16
+  digits 1-4, keep every given of the puzzle and satisfy all rows, columns and boxes — so a valid alternative
+  solution of a puzzle with several passes (the official graders compare with one stored grid, pad short answers
+  with zeros, truncate long ones and keep the digits of any junk).
+- Countdown: an optional trailing ``= target``; ``\\times`` / ``\\cdot`` / ``\\div`` read as operators; only
+  integer literals, ``+ - * /`` and parentheses (no ``**``, ``//``, decimals, unary tricks such as ``--5``); every
+  given number used exactly once as a literal; exact rational arithmetic (no 1e-5 tolerance).
 - GSM8K / MATH: every ``\\boxed{}`` answer in the completion must agree (hedging with several boxes fails); the last
   box, else the last ``<answer>``, is graded; GSM8K compares exact rationals after removing thousands separators,
   currency and a trailing unit word; MATH uses the DARE symbolic check.
@@ -32,18 +35,30 @@ from dare_bench.tasks.generators import sudoku_is_solution
 _SUDOKU_SEPARATORS = re.compile(r"[\s|,\-+_.]")
 
 
-def strict_sudoku_extract(text: str) -> str | None:
+def tagged_answer(text: str) -> str | None:
+    """The last ``<answer>`` body, else the last ``\\boxed{}``; a single box around the body is unwrapped (d1's
+    evaluation prompts ask for ``<answer>\\boxed{...}</answer>``)."""
     matches = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
-    if not matches:
-        return None
-    return _SUDOKU_SEPARATORS.sub("", matches[-1])
+    if matches:
+        body = matches[-1].strip()
+        inner = all_boxed(body)
+        if len(inner) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", body, re.DOTALL):
+            return inner[0].strip()
+        return body
+    boxes = all_boxed(text)
+    return boxes[-1].strip() if boxes else None
+
+
+def strict_sudoku_extract(text: str) -> str | None:
+    body = tagged_answer(text)
+    return None if body is None else _SUDOKU_SEPARATORS.sub("", body)
 
 
 def grade_sudoku(text: str, item: Item) -> GradeResult:
     puzzle = str(item.extra["puzzle"])
     grid = strict_sudoku_extract(text)
     if grid is None:
-        return GradeResult(False, 0.0, None, {"reason": "no <answer> block"})
+        return GradeResult(False, 0.0, None, {"reason": "no <answer> block and no \\boxed{}"})
     keeps_givens = len(grid) == 16 and all(p == "0" or p == g for p, g in zip(puzzle, grid))
     ok = keeps_givens and sudoku_is_solution(grid)
     reason = "ok" if ok else ("not 16 digits 1-4 / breaks a rule" if keeps_givens or len(grid) != 16 else "changes a given")
@@ -78,7 +93,7 @@ def _strict_arith(node: ast.AST, used: list[int]) -> Fraction:
 
 
 def strict_countdown_value(expr: str, numbers: list[int], target: int) -> tuple[bool, str]:
-    expr = expr.strip()
+    expr = expr.strip().replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/")
     m = re.fullmatch(r"(.*?)\s*=\s*(-?\d+)", expr, re.DOTALL)
     if m:
         if int(m.group(2)) != target:
@@ -100,11 +115,11 @@ def strict_countdown_value(expr: str, numbers: list[int], target: int) -> tuple[
 
 
 def grade_countdown(text: str, item: Item) -> GradeResult:
-    from dare_bench.tasks.graders.d1 import countdown_numbers, last_answer_tag
+    from dare_bench.tasks.graders.d1 import countdown_numbers
 
-    expr = last_answer_tag(text)
+    expr = tagged_answer(text)
     if expr is None:
-        return GradeResult(False, 0.0, None, {"reason": "no <answer> block"})
+        return GradeResult(False, 0.0, None, {"reason": "no <answer> block and no \\boxed{}"})
     ok, reason = strict_countdown_value(expr, countdown_numbers(item), int(item.ground_truth))
     return GradeResult(ok, float(ok), expr, {"reason": reason})
 
