@@ -1,0 +1,171 @@
+"""Block diffusion samplers (SDAR / LLaDA2 conventions): the exact KV cache gives the recompute tokens, stop / return
+conventions, trajectories, batching and validation. Small peaked random models (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dare_bench.bench.rollout import peaked_init
+from dare_bench.diffusion.cache import ExactBlockCache
+from dare_bench.diffusion.sampling import generate, replay_trajectory
+from dare_bench.errors import SamplerError
+from dare_bench.models.layers import block_causal_mask
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _model(preset):
+    from dare_bench.models import load_pretrained
+
+    m = load_pretrained(preset)
+    peaked_init(m, seed=0, head_scale=10.0)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def sdar():
+    return _model("tiny-sdar")
+
+
+@pytest.fixture(scope="module")
+def llada2():
+    return _model("tiny-llada2")
+
+
+def _prompt(n, batch=1, seed=0, vocab=4000):
+    return torch.randint(0, vocab, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self, inner, bias_token=None, bias=0.0):
+        super().__init__()
+        self.inner, self.bias_token, self.bias, self.calls = inner, bias_token, bias, 0
+
+    @property
+    def traits(self):
+        return self.inner.traits
+
+    def new_kv_cache(self):
+        return self.inner.new_kv_cache()
+
+    def forward(self, *a, **kw):
+        self.calls += 1
+        logits = self.inner(*a, **kw)
+        if self.bias_token is not None:
+            logits = logits.clone()
+            logits[..., self.bias_token] += self.bias
+        return logits
+
+
+@torch.no_grad()
+def test_cached_block_logits_match_recompute(sdar):
+    b = sdar.traits.block_size
+    ids = _prompt(5 * b)
+    full = sdar(ids, position_ids=torch.arange(5 * b)[None], attn_mask=block_causal_mask(5 * b, 5 * b, b))
+    cache = ExactBlockCache(sdar, b, lambda x, **kw: sdar(x, **kw))
+    cache.prefill(ids[:, :2 * b])
+    got = [cache.block_logits(ids[:, 2 * b:3 * b])]
+    cache.commit(ids[:, 2 * b:3 * b])
+    got.append(cache.block_logits(ids[:, 3 * b:4 * b]))  # merged forward: pending block + this block
+    cache.commit(ids[:, 3 * b:4 * b])
+    cache.flush()
+    got.append(cache.block_logits(ids[:, 4 * b:]))
+    # float32 rounding only: the peaked test model has logits of size ~20, so compare relative to their scale
+    scale = full.abs().max().item()
+    assert (torch.cat(got, 1) - full[:, 2 * b:]).abs().max().item() <= 1e-5 * scale
+    assert torch.equal(torch.cat(got, 1).argmax(-1), full[:, 2 * b:].argmax(-1))
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+@pytest.mark.parametrize("settings", [
+    dict(top_k=1),
+    dict(temperature=1.0, top_k=0, top_p=1.0, threshold=0.9),
+    dict(temperature=0.7, top_k=20, top_p=0.9, remasking_strategy="low_confidence_static"),
+    dict(temperature=1.0, remasking_strategy="sequential"),
+], ids=["greedy", "dynamic", "static-topk-topp", "sequential"])
+def test_exact_cache_gives_recompute_tokens(sdar, llada2, family, settings):
+    model = sdar if family == "sdar" else llada2
+    b = 4 if family == "sdar" else 8
+    prompt = _prompt(b + 2, batch=2)
+    kw = dict(gen_length=3 * b, block_length=b, denoising_steps=b // 2, convention=family, stop_at_eos=False,
+              **settings)
+    outs = [generate(model, prompt, use_cache=c, generator=torch.Generator().manual_seed(5), **kw)
+            for c in ("none", "exact")]
+    assert torch.equal(outs[0].canvas, outs[1].canvas)
+    assert torch.equal(outs[0].sequences, outs[1].sequences)
+    assert outs[1].stats.token_forwards < outs[0].stats.token_forwards
+    assert not bool((outs[1].canvas == model.traits.mask_token_id).any())
+
+
+def test_batched_rows_equal_single_rows(sdar):
+    prompts = _prompt(6, batch=2, seed=3)
+    kw = dict(gen_length=12, block_length=4, top_k=1)
+    both = generate(sdar, prompts, **kw).sequences
+    for j in range(2):
+        assert torch.equal(both[j], generate(sdar, prompts[j:j + 1], **kw).sequences[0])
+
+
+def test_stop_at_eos_and_return_conventions(sdar, llada2):
+    for inner, conv in ((sdar, "sdar"), (llada2, "llada2")):
+        eos = inner.traits.eos_token_id
+        model = Wrapped(inner, eos, 100.0)  # every position predicts eos with certainty
+        b = 4
+        prompt = _prompt(6)
+        out = generate(model, prompt, gen_length=16, block_length=b, convention=conv, top_k=1, stop_at_eos=True)
+        canvas = out.canvas
+        # the block after the prompt's partial block is decoded, then decoding stops
+        assert bool((canvas[0, 6:8] == eos).all())
+        assert bool((canvas[0, 8:] == inner.traits.mask_token_id).all())
+        if conv == "sdar":
+            assert out.sequences.shape[1] == canvas.shape[1] and out.prompt_length == 6
+        else:  # LLaDA2 returns the generated tokens only, cut after the first eos
+            assert out.sequences.tolist() == [[eos]] and out.prompt_length == 0
+    # LLaDA2 eos_early_stop returns prompt + tokens up to the first eos
+    out = generate(Wrapped(llada2, llada2.traits.eos_token_id, 100.0), _prompt(6), gen_length=16, block_length=4,
+                   top_k=1, eos_early_stop=True)
+    assert out.sequences.shape == (1, 7) and out.prompt_length == 6
+
+
+@pytest.mark.parametrize("cache", ["exact", "none"])
+def test_block_trajectory_replays(sdar, cache):
+    out = generate(sdar, _prompt(6), gen_length=12, block_length=4, denoising_steps=2, top_k=1, use_cache=cache,
+                   return_trajectory=True)
+    traj = out.trajectory
+    seen = torch.zeros_like(out.canvas, dtype=torch.long)
+    for step in traj.steps:
+        seen += step.unmasked.long()
+    assert int(seen.max()) == 1
+    assert int(seen.sum()) == out.canvas.shape[1] - 6
+    assert torch.equal(replay_trajectory(sdar, traj), out.canvas)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(gen_length=8, block_length=16),
+    dict(gen_length=16, block_length=4, temperature=0.0, convention="sdar"),
+    dict(gen_length=16, block_length=4, remasking_strategy="random"),
+    dict(gen_length=16, block_length=4, confidence_threshold=1.2),
+    dict(gen_length=16, block_length=4, threshold=0.0),
+    dict(gen_length=16, block_length=4, use_cache="dual"),
+    dict(gen_length=16, block_length=4, steps=2, denoising_steps=4),
+    dict(gen_length=16, block_length=4, alg="entropy"),
+    dict(gen_length=16, block_length=4, eos_early_stop=True, convention="sdar"),
+    dict(gen_length=16, block_length=4, convention="bd3lm"),
+])
+def test_invalid_block_settings_fail_before_any_forward(sdar, settings):
+    model = Wrapped(sdar)
+    with pytest.raises(SamplerError):
+        generate(model, _prompt(6), **settings)
+    assert model.calls == 0
+
+
+def test_padded_batch_is_refused(sdar):
+    am = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    with pytest.raises(SamplerError):
+        generate(sdar, _prompt(4, batch=2), am, gen_length=8, block_length=4)
