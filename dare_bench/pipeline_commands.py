@@ -1,0 +1,48 @@
+"""`dare-bench reproduce NAME`: the main job (see `dare_bench/pipeline.py`).
+
+    dare-bench reproduce d1-llada-sudoku                  # tiny scale on a CPU machine
+    dare-bench reproduce sft-llada-sudoku --scale micro --json
+    dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reproduce")
+    def reproduce_cmd(
+        name: str = typer.Argument(..., help="Reproduction, e.g. d1-llada-sudoku (see `dare-bench list`)."),
+        overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides, e.g. train.lr=1e-5 "
+                                                                   "(the run is then marked modified)."),
+        scale: Optional[str] = typer.Option(None, "--scale", help="micro | tiny | paper (default: tiny without a "
+                                                                  "GPU, paper with one)."),
+        seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default: the scale's first seed)."),
+        db: Optional[str] = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path (default: "
+                                                            "$DARE_BENCH_DB or DARE_BENCH_HOME/dare-bench.db)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue from the run's last checkpoint."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan; run nothing."),
+        force: bool = typer.Option(False, "--force", help="Run even if an identical finished run exists."),
+        checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Real checkpoint dir (paper scale)."),
+        device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (default: cpu, cuda at paper)."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON object at the end (CI reads it)."),
+    ) -> None:
+        """Run a reproduction end to end: base -> algorithm -> evaluation -> store."""
+        from dare_bench.pipeline import reproduce, summary_lines
+
+        log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+        result = reproduce(name, scale, seed=seed, db=db, resume=resume, dry_run=dry_run,
+                           overrides=list(overrides or []), force=force, checkpoint=checkpoint, device=device,
+                           progress=sys.stderr.isatty() or not as_json, log=log)
+        if as_json:
+            typer.echo(json.dumps(result.to_json(), default=str))
+        elif result.status == "dry-run":
+            typer.echo(json.dumps(result.plan, indent=2, default=str))
+        else:
+            for line in summary_lines(result):
+                typer.echo(line)

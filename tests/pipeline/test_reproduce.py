@@ -1,0 +1,112 @@
+"""`dare-bench reproduce` end to end at micro scale, and its bad-input paths."""
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import PARITY
+from dare_bench.cli import app
+
+
+def _run(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def _json_tail(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def db(tmp_path):
+    return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+def test_sft_then_d1_micro_share_the_base_and_land_in_the_store(db):
+    from dare_bench.store import Store
+
+    sft = _run("reproduce", "sft-llada-sudoku", "--scale", "micro", "--db", db, "--json")
+    assert sft.exit_code == 0, sft.output
+    out = _json_tail(sft.output)
+    assert out["status"] == "finished" and out["scale"] == "micro" and out["name"] == "sft-llada-sudoku"
+    assert {"accuracy", "mean_reward"} <= set(out["metrics"]) and "accuracy" in out["base_metrics"]
+    assert set(out) >= {"run_id", "name", "scale", "status", "base_metrics", "metrics", "wall_seconds", "db"}
+
+    d1 = _run("reproduce", "d1-llada-sudoku", "--scale", "micro", "--db", db, "--json")
+    assert d1.exit_code == 0, d1.output
+    res = _json_tail(d1.output)
+    assert "cached SFT base" in d1.output  # both algorithms start from the same weights
+    assert res["base_metrics"]["accuracy"] == out["base_metrics"]["accuracy"]
+
+    store = Store(db)
+    run = store.get_run(res["run_id"])
+    assert run["status"] == "finished" and run["reproduction"] == "d1-llada-sudoku" and not run["modified"]
+    curve = store.metrics(res["run_id"])
+    assert len(curve) == 3 and all(m["reward_mean"] is not None for m in curve)
+    evals = {e["checkpoint"]: e for e in store.evaluations(res["run_id"])}
+    assert set(evals) == {"base", "final"}
+    assert len(store.samples(evals["final"]["id"])) == evals["final"]["n_items"] == 16
+
+    again = _run("reproduce", "d1-llada-sudoku", "--scale", "micro", "--db", db, "--json")
+    assert _json_tail(again.output)["status"] == "skipped"
+
+
+def test_overrides_mark_the_run_modified(db):
+    from dare_bench.store import Store
+
+    r = _run("reproduce", "baseline-llada-sudoku", "eval.limit=4", "--scale", "micro", "--db", db, "--json")
+    assert r.exit_code == 0, r.output
+    out = _json_tail(r.output)
+    assert out["modified"] is True and out["metrics"]["n"] == 4
+    assert Store(db).get_run(out["run_id"])["modified"] is True
+
+
+def test_failed_run_is_marked_failed(db, monkeypatch):
+    from dare_bench import pipeline
+    from dare_bench.store import Store
+
+    def boom(*a, **k):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(pipeline, "evaluate_model", boom)
+    with pytest.raises(RuntimeError):
+        pipeline.reproduce("baseline-llada-sudoku", "micro", db=db, progress=False, log=lambda m: None)
+    runs = Store(db).latest_runs(reproduction="baseline-llada-sudoku")
+    assert runs and runs[0]["status"] == "failed" and "injected failure" in runs[0]["error"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["reproduce", "d1-llada-sudokku", "--scale", "micro"], "did you mean"),
+    (["reproduce", "d1-llada-sudoku", "--scale", "micro", "train.lrr=1"], "train.lr"),
+    (["reproduce", "d1-llada-sudoku", "--scale", "huge"], "scale"),
+    (["reproduce", "d1-llada-sudoku", "--scale", "paper"], "checkpoint"),
+])
+def test_bad_input_fails_before_any_work(args, message, db, tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli", *args, "--db", db], capture_output=True, text=True,
+                         env={**__import__("os").environ, "DARE_BENCH_HOME": str(tmp_path / "home")})
+    assert res.returncode != 0
+    assert message in res.stderr
+    assert not (tmp_path / "runs.db").exists() or "paper" in args  # nothing written for config errors
+
+
+def test_checkpoint_of_another_backbone_is_refused(tmp_path):
+    src = PARITY / "dream"
+    if not (src / "config.json").exists():
+        pytest.skip("dream parity fixture absent")
+    shutil.copy(src / "config.json", tmp_path / "config.json")
+    r = _run("reproduce", "bgpo-llada-sudoku", "--scale", "paper", "--checkpoint", str(tmp_path), "--dry-run")
+    assert r.exit_code != 0
+    assert "dream checkpoint" in str(r.exception) or "dream checkpoint" in r.output
+
+
+def test_paper_dry_run_plans_from_the_shipped_config():
+    r = _run("reproduce", "bgpo-llada-sudoku", "--scale", "paper", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    plan = _json_tail(r.output)["plan"]
+    assert abs(plan["parameters"] - 8.02e9) / 8.02e9 < 0.01
+    assert plan["command"].startswith("torchrun")
+    assert plan["memory_gib"]["weights_bf16"] > 14
