@@ -287,7 +287,8 @@ class Task:
         text = apply(messages, tokenize=False, add_generation_prompt=True)
         return text + "<reasoning>" if style == "d1" else text
 
-    def load(self, split: str = "test", source: str | os.PathLike | None = None, limit: int | None = None) -> TaskDataset:
+    def load(self, split: str = "test", source: str | os.PathLike | None = None,
+             limit: int | None = None) -> TaskDataset:
         if split not in SPLITS:
             raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         if limit is not None and (not isinstance(limit, int) or limit < 0):
@@ -371,12 +372,16 @@ class Task:
             except DataError as e:
                 raise DataError(f"{where}: row {i}: {e}") from e
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-                raise DataError(f"{where}: row {i} has the wrong shape for task {self.name!r}: {type(e).__name__}: {e}") from e
+                raise DataError(
+                    f"{where}: row {i} has the wrong shape for task {self.name!r}: {type(e).__name__}: {e}"
+                ) from e
         return items
 
     def verl_row_to_item(self, row: dict[str, Any], i: int) -> Item:
         messages = row["prompt"]
-        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in messages
+        ):
             raise DataError("'prompt' must be a list of {role, content} messages")
         rm = row["reward_model"]
         if not isinstance(rm, dict) or "ground_truth" not in rm:

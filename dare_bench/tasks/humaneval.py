@@ -39,7 +39,8 @@ class HumanEvalTask(Task):
             if key in row:
                 extra[key] = row[key]
         extra["code_prompt"] = str(row["prompt"])
-        return Item(index, [{"role": "user", "content": HUMANEVAL_PREFIX + str(row["prompt"])}], str(row["test"]), extra)
+        messages = [{"role": "user", "content": HUMANEVAL_PREFIX + str(row["prompt"])}]
+        return Item(index, messages, str(row["test"]), extra)
 
     def code_prompt(self, item: Item) -> str:
         content = item.prompt_messages[-1]["content"]

@@ -81,11 +81,13 @@ class MBPPTask(Task):
             raise DataError(f"mbpp item {item.index}: ground truth is not a JSON list of asserts")
 
     def plain_prompt(self, item: Item) -> str:
-        task = item.prompt_messages[-2]["content"] if len(item.prompt_messages) >= 2 else item.prompt_messages[-1]["content"]
+        msgs = item.prompt_messages
+        task = msgs[-2]["content"] if len(msgs) >= 2 else msgs[-1]["content"]
         return task + "[BEGIN]\n"
 
     def format_answer(self, item: Item, grader: str | None = None) -> str:
         code = item.extra.get("code")
         if not code:
-            raise DataError("this MBPP source has no reference code (DARE's parquet has none); load MBPP rows with 'code'")
+            raise DataError("this MBPP source has no reference code (DARE's parquet has none); "
+                            "load MBPP rows with 'code'")
         return f" '{code}' \n[DONE]"

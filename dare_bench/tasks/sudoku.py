@@ -74,8 +74,8 @@ class SudokuTask(Task):
     def generate(self, n: int, seed: int = 0, split: str = "test") -> TaskDataset:
         pairs = generate_sudoku(n, seed=seed, blanks=BLANKS.get(split, 8))
         items = [self.make_item(i, p, s, split) for i, (p, s) in enumerate(pairs)]
-        return TaskDataset(self.name, split, items, source=f"generator:sudoku(seed={seed},n={n},blanks={BLANKS.get(split, 8)})",
-                           fingerprint=sha256_items(items))
+        source = f"generator:sudoku(seed={seed},n={n},blanks={BLANKS.get(split, 8)})"
+        return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))
 
     def d1_eval_question(self, item: Item) -> str:
         return f"Solve the following Sudoku puzzle: {item.extra['puzzle']}\n"

@@ -61,7 +61,12 @@ def grade_sudoku(text: str, item: Item) -> GradeResult:
         return GradeResult(False, 0.0, None, {"reason": "no <answer> block and no \\boxed{}"})
     keeps_givens = len(grid) == 16 and all(p == "0" or p == g for p, g in zip(puzzle, grid))
     ok = keeps_givens and sudoku_is_solution(grid)
-    reason = "ok" if ok else ("not 16 digits 1-4 / breaks a rule" if keeps_givens or len(grid) != 16 else "changes a given")
+    if ok:
+        reason = "ok"
+    elif keeps_givens or len(grid) != 16:
+        reason = "not 16 digits 1-4 / breaks a rule"
+    else:
+        reason = "changes a given"
     return GradeResult(ok, float(ok), grid, {"reason": reason})
 
 

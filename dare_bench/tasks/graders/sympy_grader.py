@@ -177,7 +177,8 @@ def _equal_under_sympy(truth: str, given: str) -> bool:
         with _time_limit(SYMPY_TIMEOUT_S):
             diff = sympy_parser.parse_expr(
                 expr.replace("^", "**"),
-                transformations=sympy_parser.standard_transformations + (sympy_parser.implicit_multiplication_application,),
+                transformations=(sympy_parser.standard_transformations
+                                 + (sympy_parser.implicit_multiplication_application,)),
             )
             return sympy.simplify(diff) == 0
     except BaseException as e:  # sympy raises anything from SyntaxError to RecursionError; never KeyboardInterrupt
