@@ -1,0 +1,41 @@
+"""`dare-bench bench rollout --json` at a toy size through the CLI: JSON shape, and cached block decoding agrees
+100% with full recompute."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_bench_rollout_cli_json():
+    from typer.testing import CliRunner
+
+    from dare_bench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "rollout", "--json", "--families", "sdar,llada", "--gen-lengths", "16",
+                                      "--d-model", "128", "--prompt-length", "8"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    keys = {"family", "gen_length", "path", "tokens_per_second", "forwards", "tokens_per_forward",
+            "agreement_with_vanilla"}
+    assert rows and all(keys <= set(r) for r in rows)
+    by = {(r["family"], r["path"]): r for r in rows}
+    assert {f for f, _ in by} == {"sdar", "llada"}
+    for family in ("sdar", "llada"):
+        assert by[(family, "vanilla")]["agreement_with_vanilla"] == 1.0
+        assert all(r["gen_length"] == 16 and r["forwards"] > 0 and r["tokens_per_second"] > 0
+                   for r in rows if r["family"] == family)
+    assert by[("sdar", "exact_cache")]["agreement_with_vanilla"] == 1.0
+    assert by[("sdar", "exact_cache")]["token_forwards"] < by[("sdar", "vanilla")]["token_forwards"]
+    assert {"threshold", "prefix+threshold", "dual+threshold"} <= {p for f, p in by if f == "llada"}
+
+
+@pytest.mark.parametrize("args", [["--families", "gpt2"], ["--gen-lengths", "x"], ["--gen-lengths", "0"]])
+def test_bench_rollout_rejects_bad_arguments(args):
+    from typer.testing import CliRunner
+
+    from dare_bench.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "rollout", "--json", *args])
+    assert result.exit_code != 0
