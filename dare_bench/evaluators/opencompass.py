@@ -61,7 +61,7 @@ class DareDiffusionModel(_OCBaseModel):  # type: ignore[misc,valid-type]
 
     def __init__(self, path: str, task: str, preset: str | None = None, seed: int = 0, device: str = "cpu",
                  dtype: str = "float32", dare_batch_size: int | None = None, stats_path: str | None = None,
-                 max_seq_len: int = 4096, **kwargs: Any):
+                 max_seq_len: int = 4096, generate_fn=None, **kwargs: Any):
         super().__init__(path=path, max_seq_len=max_seq_len, **kwargs)
         from dare_bench.evaluators.evaluator import load_model, resolve_preset, resolve_task
         from dare_bench.evaluators.presets import sampler_kind
@@ -74,6 +74,7 @@ class DareDiffusionModel(_OCBaseModel):  # type: ignore[misc,valid-type]
         self.seed = int(seed)
         self.dare_batch_size = int(dare_batch_size or self.preset.batch_size)
         self.stats_path = stats_path
+        self.generate_fn = generate_fn  # a stand-in sampler (tests); None: dare_bench.diffusion.sampling.generate
         self._stats = {"forwards": 0.0, "row_forwards": 0.0, "row_tokens": 0.0, "generation_seconds": 0.0,
                        "items": 0, "calls": 0, "sampler": {}}
 
@@ -83,7 +84,8 @@ class DareDiffusionModel(_OCBaseModel):  # type: ignore[misc,valid-type]
         prompts = [p if isinstance(p, str) else str(p) for p in inputs]
         # The preset fixes the generation length (a diffusion canvas), so OpenCompass' max_out_len is not used.
         completions, st = generate_completions(self.loaded.model, self.loaded.tokenizer, prompts, self.settings,
-                                               batch_size=self.dare_batch_size, seed=self.seed, progress=False)
+                                               batch_size=self.dare_batch_size, seed=self.seed, progress=False,
+                                               generate_fn=self.generate_fn)
         s = self._stats
         s["calls"] += 1
         s["items"] += len(prompts)
@@ -222,7 +224,8 @@ def _config_source(model_cfg: dict, dataset_cfg: dict, work_dir: Path) -> str:
         "infer = dict(partitioner=dict(type=NaivePartitioner),\n"
         "             runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLInferTask)))\n"
         "eval = dict(partitioner=dict(type=NaivePartitioner),\n"
-        "            runner=dict(type=LocalRunner, max_num_workers=1, task=dict(type=OpenICLEvalTask)))\n"
+        "            runner=dict(type=LocalRunner, max_num_workers=1,\n"
+        "                        task=dict(type=OpenICLEvalTask, dump_details=True)))\n"
         f"work_dir = {str(work_dir / 'cli')!r}\n"
     )
 
@@ -230,7 +233,8 @@ def _config_source(model_cfg: dict, dataset_cfg: dict, work_dir: Path) -> str:
 def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, limit: int | None = None,
                          grader: str | None = None, source: str | None = None, split: str = "test", seed: int = 0,
                          batch_size: int | None = None, device: str = "cpu", dtype: str = "float32",
-                         work_dir: str | os.PathLike | None = None, template: str | None = None):
+                         work_dir: str | os.PathLike | None = None, template: str | None = None,
+                         generate_fn=None):
     """Run OpenCompass' infer and eval tasks in this process; return an `EvalResult` like the native evaluator."""
     require_opencompass()
     from mmengine.config import ConfigDict
@@ -259,7 +263,10 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
                                            device=device, dtype=dtype, template=template,
                                            stats_path=str(stats_path))
     atomic_write_text(wd / "dare_eval_config.py", _config_source(model_cfg, dataset_cfg, wd))
-    task_cfg = ConfigDict(models=[model_cfg], datasets=[[dataset_cfg]], work_dir=str(wd))
+    if generate_fn is not None:
+        model_cfg["generate_fn"] = generate_fn  # in-process only; not part of the written config
+    task_cfg = ConfigDict(models=[model_cfg], datasets=[[dataset_cfg]], work_dir=str(wd),
+                          eval=dict(runner=dict(task=dict(dump_details=True))))
     try:
         OpenICLInferTask(task_cfg).run()
         OpenICLEvalTask(task_cfg).run()

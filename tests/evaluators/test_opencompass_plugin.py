@@ -57,6 +57,33 @@ def test_opencompass_and_native_give_the_same_verdicts(tmp_path):
     results = json.loads((tmp_path / "oc" / "results" / "dare-dllm" / "dare_sudoku.json").read_text())
     assert len(results["details"]) == 4
 
+    # whole pipelines again with a stand-in sampler that answers items 0 and 2 correctly: True verdicts too
+    from dare_bench.tasks.tokenizer import build_task_tokenizer
+
+    tok = build_task_tokenizer("sudoku")
+    by_prompt = {task.format_prompt(it, "plain"): (gold[it.index] if k % 2 == 0 else "<answer>1111</answer>")
+                 for k, it in enumerate(items)}
+
+    def stand_in(model, prompt_ids, attention_mask=None, **settings):
+        import types
+
+        import torch
+
+        rows = [r + tok(by_prompt[tok.decode(r, skip_special_tokens=True)], add_special_tokens=False)["input_ids"]
+                + [tok.eos_token_id] for r in prompt_ids.tolist()]
+        width = max(map(len, rows))
+        seq = torch.tensor([r + [tok.eos_token_id] * (width - len(r)) for r in rows])
+        st = types.SimpleNamespace(forwards=1, generated_tokens=width - prompt_ids.shape[1], tokens_per_forward=1.0,
+                                   wall_seconds=0.0)
+        return types.SimpleNamespace(sequences=seq, prompt_length=prompt_ids.shape[1], stats=st, settings=settings)
+
+    native2 = evaluate("tiny-llada", "sudoku", progress=False, generate_fn=stand_in, **kw)
+    oc2 = run_opencompass_eval("tiny-llada", "sudoku", work_dir=tmp_path / "oc2", generate_fn=stand_in, **kw)
+    assert [r["correct"] for r in native2.records] == [True, False, True, False]
+    assert [(r["index"], r["correct"], r["reward"], r["extracted"]) for r in oc2.records] == \
+        [(r["index"], r["correct"], r["reward"], r["extracted"]) for r in native2.records]
+    assert oc2.metrics["opencompass_accuracy"] == 50.0
+
     # grading alone: gold completions are correct through OpenCompass' evaluator, wrong ones are not
     from dare_bench.evaluators.opencompass import DareTaskEvaluator
 
