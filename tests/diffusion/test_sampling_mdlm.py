@@ -253,3 +253,22 @@ def test_stats_and_progress(llada):
     assert out.stats.tokens_per_forward == pytest.approx(2.0)
     assert out.stats.wall_seconds > 0
     assert out.sequences.shape == (2, 22) and out.prompt_length == 6
+
+
+@pytest.mark.parametrize("use_cache", ["none", "prefix", "dual"])
+def test_dream_fastdllm_paths_decode_everything(dream, use_cache):
+    prompt = _prompt(6)
+    vanilla = generate(dream, prompt, max_new_tokens=16, steps=16, alg="maskgit_plus")
+    fast = generate(dream, prompt, max_new_tokens=16, alg="maskgit_plus", block_length=8, threshold=0.9,
+                    use_cache=use_cache, return_trajectory=True)
+    assert not bool((fast.sequences == dream.traits.mask_token_id).any())
+    assert fast.stats.forwards <= vanilla.stats.forwards
+    _check_trajectory(fast, dream.traits.mask_token_id)
+    if use_cache == "none":
+        assert torch.equal(replay_trajectory(dream, fast.trajectory), fast.canvas)
+
+
+@pytest.mark.parametrize("use_cache", ["prefix", "dual"])
+def test_llada_cache_with_fixed_quotas(llada, use_cache):
+    out = generate(llada, _prompt(6), gen_length=16, block_length=8, steps=8, use_cache=use_cache)
+    assert out.stats.forwards == 8 and not bool((out.sequences == llada.traits.mask_token_id).any())
