@@ -382,6 +382,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
 
     sampler_settings = rollout_settings(cfg.rollout)
     sampler_settings.update(algo.rollout_overrides)
+    sampler_settings["return_trajectory"] = bool(algo.needs_trajectory or sampler_settings.get("return_trajectory"))
     stop_ids = tuple(dict.fromkeys((int(traits.eos_token_id), *map(int, traits.stop_token_ids))))
     prompt_cache: dict[int, list[int]] = {}
 
@@ -448,7 +449,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
 
             with torch.no_grad():
                 out = generate(policy, prompt_ids, prompt_mask if bool((prompt_mask == 0).any()) else None,
-                               generator=rollout_gen, return_trajectory=algo.needs_trajectory, **sampler_settings)
+                               generator=rollout_gen, **sampler_settings)
             policy.train()
             p_len = prompt_ids.shape[1]
             comp = out.canvas[:, p_len:].clone()

@@ -33,6 +33,25 @@ def micro_llada(seed: int = 0, **overrides):
     return model
 
 
+def micro_sdar(seed: int = 0, **overrides):
+    """A 1-layer SDAR (block diffusion, block size 4) with the same 16-token vocabulary, seeded init."""
+    from dare_bench.models.base import detect_family
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    sizes = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                 intermediate_size=64, max_window_layers=1)
+    sizes.update(overrides)
+    cfg = preset_config("tiny-sdar", **sizes)
+    cfg = detect_family(cfg).adapt_vocab(cfg, vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS,
+                                         pad_token_id=PAD, bos_token_id=None)
+    model = build_model(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.init_weights()
+    return model
+
+
 class CharTokenizer:
     """Digits 0-9 are ids 0-9, ':' is 10; PAD / EOS / MASK are the special ids above (HF-like calls only)."""
 

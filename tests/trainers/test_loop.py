@@ -17,7 +17,7 @@ from dare_bench.trainers.loop import (
     rollout_settings,
     train_rl,
 )
-from rl_fakes import EOS, CharTokenizer, ReverseTask, micro_llada, rl_settings
+from rl_fakes import EOS, CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 
 
 @pytest.fixture(autouse=True)
@@ -201,3 +201,71 @@ def test_every_rl_algorithm_of_the_config_schema_with_a_plugin_resolves():
         if name.replace("-", "_") in plugins:
             assert get_algorithm(name).name == name.replace("-", "_")
     assert "d1" in plugins
+
+
+
+def _plugins():
+    from dare_bench.trainers.algorithms import list_algorithms
+
+    return list_algorithms()
+
+
+@pytest.mark.parametrize("name", _plugins())
+def test_every_plugin_runs_through_the_loop(name):
+    """The contract end to end: each registered plug-in trains 2 rollout batches × μ = 2 on a backbone it supports."""
+    from dare_bench.trainers.algorithms import get_algorithm
+
+    kinds = get_algorithm(name).attention_kinds
+    model = micro_llada(0) if "bidirectional" in kinds else micro_sdar(0)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    knobs = {"spg": {"block_length": 4}}.get(name, {})  # the toy completion is 4 tokens long
+    res = train_rl(model, CharTokenizer(), ReverseTask(), name,
+                   rl_settings(steps=4, mu=2, clip_eps=0.2, algorithm=knobs), progress=False, micro_batch_size=8)
+    assert res.optimizer_steps == 4 and res.final_step == 2
+    assert all(math.isfinite(m["loss"]) for m in res.history)
+    assert any(not torch.equal(v, start[k]) for k, v in res.policy.state_dict().items())
+
+
+# Knob names in config.ALGORITHM_KNOBS that the plug-in does not accept (other files; reported to the lead).
+KNOB_MISMATCH = {"coupled-grpo": "t_min / t_max / pairs", "cj-grpo": "decoding", "spg": "variant / num_t / mask_block_length"}
+
+
+def _rl_reproduction_algorithms():
+    from dare_bench.config import ALGORITHMS as CONFIG_NAMES
+
+    plugins = set(_plugins())
+    out = []
+    for name in CONFIG_NAMES:
+        if name.replace("-", "_") not in plugins:
+            continue
+        marks = [pytest.mark.xfail(reason=f"config knobs {KNOB_MISMATCH[name]} unknown to the plug-in")] \
+            if name in KNOB_MISMATCH else []
+        out.append(pytest.param(name, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("algorithm", _rl_reproduction_algorithms())
+def test_every_reproduction_config_builds_its_plugin(algorithm):
+    """Each RL reproduction YAML, at every scale, gives settings its plug-in accepts (typos fail at config time)."""
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+    from dare_bench.registry import load_registry
+    from dare_bench.trainers.algorithms import get_algorithm
+
+    traits = {}
+    checked = 0
+    for spec in load_registry():
+        if spec.algorithm != algorithm:
+            continue
+        preset = f"tiny-{spec.backbone}"
+        if preset not in traits:
+            traits[preset] = build_model(preset_config(preset), device="meta").traits
+        cls = get_algorithm(spec.algorithm)
+        if traits[preset].attention not in cls.attention_kinds:
+            continue
+        for scale in spec.scales:
+            train = spec.resolve(scale).profile.train
+            if train.kind == "rl":
+                cls(algorithm_settings(train), traits[preset])
+                checked += 1
+    assert checked > 0
