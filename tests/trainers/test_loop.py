@@ -181,7 +181,7 @@ def test_real_task_tokenizer_and_registry_config():
     assert res.final_step == 1 and len(records) == 1
     m = records[0]
     assert 0.0 <= m["reward_mean"] <= 1.0 and math.isfinite(m["loss"]) and m["completion_tokens"] >= 1
-    assert res.info["sampler"] == {"gen_length": 8, "steps": 8, "temperature": 0.9}
+    assert res.info["sampler"] == {"gen_length": 8, "steps": 8, "temperature": 0.9, "return_trajectory": False}
     assert res.info["algorithm_config"]["p_mask_prompt"] == 0.15
 
 
