@@ -27,8 +27,10 @@ function); the completions themselves match when the batches match (one batch of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -258,6 +260,10 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
     wd = wd.resolve()
     wd.mkdir(parents=True, exist_ok=True)
     stats_path = wd / "dare_generation_stats.json"
+    # OpenCompass skips inference when a predictions file exists: never let a reused work dir serve stale answers
+    for stale in [stats_path, *(wd / "predictions" / MODEL_ABBR).glob(f"*dare_{task_obj.name}*.json"),
+                  *(wd / "results" / MODEL_ABBR).glob(f"*dare_{task_obj.name}*.json")]:
+        stale.unlink(missing_ok=True)
     model_cfg, dataset_cfg = build_configs(model, task_obj.name, preset=preset, limit=limit, grader=grader,
                                            source=source, split=split, seed=seed, batch_size=batch_size,
                                            device=device, dtype=dtype, template=template,
@@ -268,8 +274,9 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
     task_cfg = ConfigDict(models=[model_cfg], datasets=[[dataset_cfg]], work_dir=str(wd),
                           eval=dict(runner=dict(task=dict(dump_details=True))))
     try:
-        OpenICLInferTask(task_cfg).run()
-        OpenICLEvalTask(task_cfg).run()
+        with _stdout_to_stderr():  # OpenCompass logs to stdout; keep stdout for the result (`--json`)
+            OpenICLInferTask(task_cfg).run()
+            OpenICLEvalTask(task_cfg).run()
     except DareBenchError:
         raise
     except Exception as exc:
@@ -306,6 +313,26 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
                       source=str(dataset.source), fingerprint=str(dataset.fingerprint), grader=grader,
                       sampler=stats.get("sampler", {}), metrics=metrics, records=records,
                       checkpoint=str(model) if Path(str(model)).is_dir() else None)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send both Python-level and fd-level stdout to stderr (loggers may hold the original stdout stream)."""
+    sys.stdout.flush()
+    saved = None
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no real fd 1 (embedded interpreters): the Python-level redirect still applies
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _template_for(model: str, task_obj, preset: str | None, seed: int) -> str:
