@@ -6,7 +6,11 @@ of each step's prompts (whole GRPO groups stay on one rank), accumulates gradien
 one all-reduce before the optimizer step, so weights and optimizer states stay identical on every rank. FSDP2
 sharding for models that do not fit one device is not implemented here (see `shard_model`).
 
-    torchrun --nproc_per_node 2 -m dare_bench.cli reproduce d1-llada-sudoku --scale tiny   # one process per GPU
+    CPU (one process; everything below is a no-op):  dare-bench reproduce d1-llada-sudoku --scale tiny
+    one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
+    torchrun:  torchrun --nproc_per_node 8 -m dare_bench.cli reproduce d1-llada-sudoku --scale paper \
+                   --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda          # one process per GPU
+    CPU check of the multi-rank path (gloo): pytest -m slow tests/trainers/test_checkpoint_resume.py -k torchrun
 """
 
 from __future__ import annotations

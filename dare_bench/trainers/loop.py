@@ -23,9 +23,12 @@ LoRA (`train.lora`): adapters via peft; the reference for a KL term is the same 
 policy (or the `reference` argument).
 
 Commands (the pipeline calls this function; these run one reproduction through it):
-    CPU:       dare-bench reproduce d1-llada-sudoku --scale tiny
-    one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --device cuda
-    torchrun:  torchrun --nproc_per_node 8 -m dare_bench.cli reproduce d1-llada-sudoku --scale paper --device cuda
+    CPU:       dare-bench reproduce d1-llada-sudoku --scale tiny            # add --resume after an interruption
+    one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
+    torchrun:  torchrun --nproc_per_node 8 -m dare_bench.cli reproduce d1-llada-sudoku --scale paper \
+                   --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
+    (under torchrun `train_rl` joins the process group itself: prompts are sharded, gradients averaged, rank 0
+    writes checkpoints and calls the sink; see `trainers/distributed.py`.)
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ from dare_bench.trainers.distributed import (
     all_reduce_grads,
     all_reduce_metrics,
     barrier,
-    dist_info,
     gather_objects,
+    init_distributed,
     shard_rows,
 )
 
@@ -321,7 +324,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     seed: data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG (dropout).
     """
     cfg = _train_settings(train_cfg)
-    dist = dist or dist_info()
+    dist = dist or init_distributed()  # a no-op outside torchrun
     traits = policy.traits
     device = next(policy.parameters()).device
 
