@@ -1,7 +1,7 @@
 """KV caches for diffusion sampling: the exact block cache (block diffusion) and Fast-dLLM prefix / dual caches.
 
 Library module used by `dare_bench.diffusion.sampling`; no command line. Tests:
-`.venv/bin/python -m pytest tests/diffusion/test_sampling_cache.py -q`.
+`.venv/bin/python -m pytest tests/diffusion/test_sampling_block.py tests/diffusion/test_sampling_mdlm.py -q`.
 
 - `ExactBlockCache` (SDAR, LLaDA2): committed blocks are encoded once with the block-causal pattern and their keys /
   values kept; the current block then attends to (cache + itself). Because a committed block never changes and a

@@ -35,6 +35,10 @@ the official order and shape, so seeded fixture cases match too. Deliberate devi
   frozen); left-padded batches are refused: the block grid is absolute, so padding would change the blocks.
   LLaDA2 rows of different cut lengths are right-padded with the pad id. `eos_early_stop` needs batch 1.
 - Dream with `stop_at_eos` is refused (the official sampler always decodes the whole canvas).
+- LLaDA `stop_at_eos` (not in the official sampler; off by default): after a block, if every row has an eos / stop id
+  in its generated part, the remaining masks become eos and decoding stops.
+- Block samplers with `use_cache="exact"` (default) store a finished block's keys / values in the next block's first
+  forward instead of a separate commit forward (same tokens, one model call fewer per block).
 """
 
 from __future__ import annotations
@@ -286,7 +290,7 @@ def _resolve(model, prompt_ids, attention_mask, settings: dict[str, Any]) -> dic
             if gen % block_length:
                 raise SamplerError(f"gen_length {gen} is not a multiple of block_length {block_length}")
             nb = gen // block_length
-            steps = steps if steps is not None else (gen if threshold is None else gen)
+            steps = steps if steps is not None else gen
             if threshold is None and steps % nb:
                 raise SamplerError(f"steps {steps} is not a multiple of the number of blocks {nb}")
             r.update(steps=steps, block_length=block_length)

@@ -272,3 +272,16 @@ def test_dream_fastdllm_paths_decode_everything(dream, use_cache):
 def test_llada_cache_with_fixed_quotas(llada, use_cache):
     out = generate(llada, _prompt(6), gen_length=16, block_length=8, steps=8, use_cache=use_cache)
     assert out.stats.forwards == 8 and not bool((out.sequences == llada.traits.mask_token_id).any())
+
+
+def test_llada_stop_at_eos_fills_the_rest_with_eos(llada):
+    class AllEos(CountingModel):
+        def forward(self, *a, **kw):
+            logits = super().forward(*a, **kw).clone()
+            logits[..., self.inner.traits.eos_token_id] += 100.0
+            return logits
+
+    eos = llada.traits.eos_token_id
+    out = generate(AllEos(llada), _prompt(6), gen_length=16, block_length=8, steps=16, stop_at_eos=True)
+    assert out.stats.forwards == 8  # the first block only
+    assert bool((out.sequences[0, 6:] == eos).all())
