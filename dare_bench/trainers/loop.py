@@ -290,10 +290,16 @@ def completion_mask(completion: torch.Tensor, stop_ids: Sequence[int]) -> torch.
     return (before == 0).long()
 
 
-def _peak_memory_mb(device: torch.device) -> float:
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":  # reset at the start of every step: this step's peak
         return torch.cuda.max_memory_allocated(device) / 2**20
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    # CPU: the process's peak resident set so far (no per-step reset exists); KiB on Linux, bytes on macOS
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kb / 2**20 if sys.platform == "darwin" else kb / 2**10
 
 
@@ -456,10 +462,12 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
             policy.train()
             p_len = prompt_ids.shape[1]
             comp = out.canvas[:, p_len:].clone()
-            cmask = completion_mask(comp, stop_ids)
+            # a sampler that stops at EOS leaves mask ids behind it; one left before any stop token means the row
+            # ran out of steps: it ends there (the mask id becomes EOS, the row is counted as unfinished)
             leftover = comp == int(traits.mask_token_id)
-            unfinished = float((leftover & cmask.bool()).any(dim=1).float().mean())
-            comp[leftover] = int(traits.eos_token_id if traits.eos_token_id is not None else traits.pad_token_id)
+            unfinished = float((leftover & completion_mask(comp, stop_ids).bool()).any(dim=1).float().mean())
+            comp[leftover] = int(traits.eos_token_id)
+            cmask = completion_mask(comp, stop_ids)
             t_rollout = time.perf_counter() - t0
             # -- rewards ---------------------------------------------------------------------------------------
             t0 = time.perf_counter()
@@ -480,6 +488,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
             t0 = time.perf_counter()
             n_updates = min(mu, total_opt_steps - opt_step)
             state = algo.prepare(batch, policy, ref_model, generator=algo_gen, num_iterations=n_updates)
+            _sync(device)  # CUDA runs asynchronously: time the work, not its launch
             t_prepare = time.perf_counter() - t0
             # -- μ updates ---------------------------------------------------------------------------------------
             t0 = time.perf_counter()
@@ -499,6 +508,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
                 scheduler.step()
                 opt_step += 1
             optimizer.zero_grad(set_to_none=True)
+            _sync(device)
             t_update = time.perf_counter() - t0
             step += 1
             done_here += 1

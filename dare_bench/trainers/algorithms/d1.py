@@ -15,6 +15,10 @@ per token, aggregated token-mean over the micro-batch's scored completion tokens
 EOS). μ = 1 uses ℓ.detach() as ℓ^old (ratio ≡ 1), so `prepare` skips the old forward. Advantage: r − mean_group(r)
 (`advantage: mean`, d1) or the verl/DARE (r − mean)/(std + 1e-6) (`advantage: mean_std`).
 
+Iteration k of every micro-batch uses seed s_k. (Upstream TRL indexes the seed by a micro-batch counter modulo μ,
+so which of the μ seeds a micro-batch meets at a given update differs; each update still pairs ℓ^θ with the ℓ^old of
+the same mask, as here.)
+
 Where this follows DARE instead of upstream d1, it is a setting: `clip_ratio_c` (verl dual clip; d1: None),
 `kl_variant: dare` (DARE's advantage-dependent KL transform; d1: `standard`), `advantage: mean_std`.
 One deliberate difference from both: the model gets the batch's padding mask (upstream d1 calls the model without
