@@ -285,3 +285,17 @@ def test_llada_stop_at_eos_fills_the_rest_with_eos(llada):
     out = generate(AllEos(llada), _prompt(6), gen_length=16, block_length=8, steps=16, stop_at_eos=True)
     assert out.stats.forwards == 8  # the first block only
     assert bool((out.sequences[0, 6:] == eos).all())
+
+
+def test_llada_logits_eos_inf_never_emits_eos(llada):
+    class AllEos(CountingModel):
+        def forward(self, *a, **kw):
+            logits = super().forward(*a, **kw).clone()
+            logits[..., self.inner.traits.eos_token_id] += 100.0
+            return logits
+
+    eos = llada.traits.eos_token_id
+    plain = generate(AllEos(llada), _prompt(6), gen_length=8, block_length=8, steps=8)
+    banned = generate(AllEos(llada), _prompt(6), gen_length=8, block_length=8, steps=8, logits_eos_inf=True)
+    assert bool((plain.sequences[0, 6:] == eos).all())
+    assert not bool((banned.sequences[0, 6:] == eos).any())
