@@ -94,14 +94,12 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     done = [s for s, _ in list_checkpoints(ckpt)]
     assert done and max(done) < 4
 
-    resumed = subprocess.run([sys.executable, str(script), str(ckpt), str(out), "1", "0"], env=env,
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    got = torch.load(out, weights_only=False)
-    assert got["resumed_from"] == max(done)
+    # resume in this process (one thread, like the runner): a fresh model, the killed run's checkpoint directory
+    got = _uninterrupted(CFG, checkpoint_dir=ckpt, resume=True)
+    assert got.resumed_from == max(done)
     ref = _uninterrupted(CFG)
-    assert _deterministic(got["history"]) == _deterministic(ref.history)
-    _same_weights(got["state"], ref.policy.state_dict())
+    assert _deterministic(got.history) == _deterministic(ref.history)
+    _same_weights(got.policy.state_dict(), ref.policy.state_dict())
     assert sorted(s for s, _ in list_checkpoints(ckpt))[-1] == 4
     assert not any(p.name.startswith(".") for p in ckpt.iterdir()), "temporary checkpoint directories left behind"
 
