@@ -87,13 +87,18 @@ def test_d1_has_no_code_grader():
 
 
 def test_dare_harness_program_text():
-    from dare_bench.tasks.graders.dare import BASE_IMPORTS, extract_code, humaneval_program
+    from dare_bench.tasks.graders.dare import BASE_IMPORTS, extract_code, humaneval_program, timed
 
     code = extract_code(fence("def add(x, y):\n    return x + y") + fence("print(add(1, 2))"))
     assert code == "def add(x, y):\n    return x + y"  # the block with a def wins
     program, timeout = humaneval_program(code, HE.ground_truth)
     assert timeout == 3 and program.startswith("\n" + BASE_IMPORTS) and program.count("check(add)") == 2
     assert "import pandas as pd" in BASE_IMPORTS and "zip_longest, cycle, pairwise" in BASE_IMPORTS
+    # the timing markers wrap the code and tests only; the official text is otherwise unchanged
+    timed_program = timed(program)
+    assert timed_program.startswith("\n" + BASE_IMPORTS + "import time as _dare_bench_time")
+    assert program.strip() in timed_program.replace(
+        "import time as _dare_bench_time\n_dare_bench_t0 = _dare_bench_time.perf_counter()\n", "")
 
 
 @pytest.mark.slow
