@@ -302,6 +302,10 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
                        items=list(train_data), grader=cfg.grader, prompt_template=template)
         model = out.policy
         final_step = out.optimizer_steps
+        if out.resumed_from:  # steps trained before the interruption belong to this run's curve too
+            for step, metrics in enumerate(out.history[: out.resumed_from], start=1):
+                store.log_metrics(run_id, step, metrics)
+        result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     elif train.kind == "sft":
         model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template)
     elif train.kind == "preference":
