@@ -269,3 +269,18 @@ def test_every_reproduction_config_builds_its_plugin(algorithm):
                 cls(algorithm_settings(train), traits[preset])
                 checked += 1
     assert checked > 0
+
+
+@pytest.mark.slow
+def test_d1_raises_the_reward_of_a_random_policy_on_the_toy_task():
+    """End to end, the sign and scale of the update: 40 d1 steps lift the toy task's reward from chance.
+
+    Measured on this machine (one thread, ~15 s): mean rollout reward 0.081 over steps 1-10 -> 0.165 over 31-40.
+    """
+    rewards = []
+    cfg = rl_settings(steps=40, lr=3e-3, batch_prompts=8, group_size=8,
+                      rollout={"gen_length": 4, "steps": 4, "temperature": 1.0})
+    train_rl(micro_llada(0, n_layers=2, d_model=64, mlp_hidden_size=128), CharTokenizer(), ReverseTask(n=64), "d1",
+             cfg, progress=False, sink=lambda s, m: rewards.append(m["reward_mean"]))
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.05, (first, last)
