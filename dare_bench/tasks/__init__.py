@@ -24,6 +24,7 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
         # correct = its EVALUATION verdict, score = the per-item evaluation metric the official code averages
     task.grade_many(completions, items, grader)   # same, in input order; code tasks run concurrently
     task.graders                                  # graders that exist for this task
+    grader_source("dare")                         # provenance string for run records
 
 Graders (``dare_bench/tasks/graders/``): ``dare`` (default; DARE's ``dllm_rm``), ``d1`` (d1's reward_func.py rewards
 and parse_and_get_acc.py verdicts), ``strict`` (ours: closes the exploitable official quirks). Pairs that do not
@@ -41,6 +42,7 @@ import difflib
 
 from dare_bench.errors import ConfigError
 from dare_bench.tasks.base import GradeResult, Item, Task, TaskDataset
+from dare_bench.tasks.graders import GRADER_SOURCES, grader_source
 
 _REGISTRY: dict[str, str] = {
     "sudoku": "dare_bench.tasks.sudoku:SudokuTask",
@@ -73,4 +75,5 @@ def get_task(name: str) -> Task:
     return _CACHE[name]
 
 
-__all__ = ["get_task", "list_tasks", "Task", "TaskDataset", "Item", "GradeResult", "DEFAULT_GRADER", "GRADERS"]
+__all__ = ["get_task", "list_tasks", "Task", "TaskDataset", "Item", "GradeResult", "DEFAULT_GRADER", "GRADERS",
+           "GRADER_SOURCES", "grader_source"]

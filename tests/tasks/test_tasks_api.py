@@ -188,3 +188,12 @@ def test_generator_source_string():
         get_task("gsm8k").load("test", source="generator")
     with pytest.raises(DataError, match="no standard 'train' split"):
         get_task("humaneval").load("train")
+
+
+def test_grader_sources_for_run_records():
+    from dare_bench.tasks import GRADERS, grader_source
+
+    assert all(grader_source(g) for g in GRADERS)
+    assert "dllm_rm" in grader_source("dare") and "parse_and_get_acc" in grader_source("d1")
+    with pytest.raises(ConfigError):
+        grader_source("lenient")

@@ -6,3 +6,20 @@ Each module reproduces one official grader rule for rule and documents every qui
 MATH normalisation), ``sympy_grader.py`` (DARE's sympy answer check), ``safe_eval.py`` (Python ``eval`` semantics for
 Countdown expressions without the hang on huge powers).
 """
+
+from dare_bench.errors import ConfigError
+
+#: what each grader reproduces, for run records (bump the strict version whenever its rules change)
+GRADER_SOURCES: dict[str, str] = {
+    "dare": "DARE verl/utils/reward_score dllm_rm (math_reward.py, code_reward.py; read at hxhcreate/DARE@f4999da, "
+            "a fork of yjyddq/DARE)",
+    "d1": "dllm-reasoning/d1 diffu-grpo/reward_func.py@4bab4b9 + math500_utils.py; eval/parse_and_get_acc.py + "
+          "parser_helper.py (read through forks SimonCao1207/d1, xiaohangt/wd1)",
+    "strict": "dare-bench strict v1",
+}
+
+
+def grader_source(name: str) -> str:
+    if name not in GRADER_SOURCES:
+        raise ConfigError(f"unknown grader {name!r}; known: {', '.join(sorted(GRADER_SOURCES))}")
+    return GRADER_SOURCES[name]
