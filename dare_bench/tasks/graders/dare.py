@@ -12,13 +12,14 @@ Routing and quirks (tests named ``test_quirk_*`` / ``quirk_*`` rows in ``tests/t
   ``\\boxed``; ``<answer>`` tags are ignored, so d1-format completions score 0. ``\\boxed 5`` (no braces) and an
   unclosed box extract nothing. Grading is ``sympy_grader.grade`` (Hendrycks string match, then sympy).
 - countdown (routed through the math reward by ``data_source``): d1's rule (last ``<answer>``; 0 / 0.1 / 1) — and the
-  0.1 "format score" is also the *accuracy*: a well-formed wrong answer counts 0.1 in DARE's countdown accuracy. A
-  result that is not a number (``()``) makes the official reward raise (we score 0 and record the error).
+  0.1 "format score" is also the *accuracy*: a well-formed wrong answer counts 0.1 in DARE's countdown accuracy. The
+  official ``abs(result - target)`` is unguarded (a non-numeric result would raise; the whitelist makes that
+  unreachable in practice — scored 0 here if it ever happens); ``**`` and ``//`` pass the whitelist.
 - sudoku: d1's rule; the cell fraction is both reward and accuracy.
 - humaneval: the first fenced code block (or the first block defining a function) is run as
   ``BASE_IMPORTS + code + test`` with no prompt prepended; ``check(<first def name>)`` is appended twice. Code that
-  defines no function never calls ``check`` at all and passes if it merely runs; code whose first function is a helper
-  calls ``check(helper)``. Exit status 0 is a pass, so ``sys.exit(0)`` before the tests passes. Timeout: 1 s per
+  defines no function (or binds the name with a lambda) never calls ``check`` at all and passes if it merely runs; code
+  whose first function is a helper calls ``check(helper)``; the ``if __name__ == "__main__"`` block is removed. Exit status 0 is a pass, so ``sys.exit(0)`` before the tests passes. Timeout: 1 s per
   ``assert`` in the test.
 - mbpp: code from OpenCompass-style ``[BEGIN] ... [DONE]`` / fence patterns (at least 10 characters), run with the
   asserts appended; 1 s per assert.
