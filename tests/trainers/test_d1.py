@@ -229,3 +229,22 @@ def test_one_update_moves_probability_towards_positive_advantages():
             p -= 1e-2 * p.grad
     gain = surrogate() - before
     assert gain > 0 and gain == pytest.approx(1e-2 * sq, rel=0.2)  # first-order: Δ ≈ lr·‖∇‖²
+
+
+def test_kl_variants_and_estimators():
+    """kl_variant 'standard' is the d1 trainer's unclamped k3; 'dare' is DARE's advantage-dependent kl_penalty."""
+    from dare_bench.trainers.algorithms.common import agg_loss, dare_kl_penalty
+
+    g = torch.Generator().manual_seed(4)
+    logp = -torch.rand(4, 5, generator=g, dtype=torch.float64)
+    ref = logp + 0.3 * torch.randn(4, 5, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+    m = torch.ones(4, 5)
+    std = get_algorithm("d1")({"kl_beta": 0.1}, TRAITS)
+    _, ms = std.loss_terms(logp, logp, ref, adv, m)
+    d = ref - logp
+    assert ms["kl"] == pytest.approx(float((torch.exp(d) - d - 1).mean()), rel=1e-12)
+    dare = get_algorithm("d1")({"kl_beta": 0.1, "kl_variant": "dare", "kl_estimator": "k2"}, TRAITS)
+    _, md = dare.loss_terms(logp, logp, ref, adv, m)
+    assert md["kl"] == pytest.approx(float(agg_loss(dare_kl_penalty(logp, ref, "k2", adv), m)), rel=1e-12)
+    assert md["kl"] != ms["kl"]
