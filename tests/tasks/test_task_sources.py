@@ -133,3 +133,22 @@ def test_d1_evaluation_prompt_style():
         get_task("humaneval").messages(item, "d1")
     with pytest.raises(ConfigError):
         gsm.format_prompt(item, "plain", style="d1")
+
+
+def test_real_dare_code_items_grade_through_the_sandbox(dare_env):
+    pytest.importorskip("dare_bench.evaluators.sandbox")
+    he = get_task("humaneval")
+    item = he.load("test", limit=1)[0]  # has_close_elements
+    solution = ("```python\nfrom typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float)"
+                " -> bool:\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+                " for b in numbers[i + 1:])\n```")
+    wrong = solution.replace("< threshold", "> threshold")
+    res = he.grade_many([solution, wrong, solution], [item] * 3, grader="dare")
+    assert [r.correct for r in res] == [True, False, True]
+    assert he.grade(solution, item, "strict").correct
+    mbpp = get_task("mbpp")
+    m_item = mbpp.load("test", limit=1)[0]  # remove_Occ
+    # DARE's few-shot answers use "\r\n" inside a quoted [BEGIN] ... [DONE] block; the harness must cope with it
+    code = (" 'def remove_Occ(s,ch):\r\n    i = s.find(ch)\r\n    s = s[:i] + s[i+1:]\r\n    j = s.rfind(ch)\r\n"
+            "    return s[:j] + s[j+1:]' \n[DONE] \n\n")
+    assert mbpp.grade(code, m_item, "dare").correct
