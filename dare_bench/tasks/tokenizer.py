@@ -3,7 +3,7 @@
 Every character is one token; the XML tags the graders look for (``<answer>``, ``</answer>``, ``<reasoning>``,
 ``</reasoning>``) are single tokens; ``[PAD] [BOS] [EOS] [MASK] [UNK]`` are ids 0-4. Sudoku and Countdown get only
 the characters of their plain prompts and answers (a few dozen tokens, so tiny models stay tiny); the text tasks get
-printable ASCII plus newline and tab (< 128 tokens). The vocabulary is a constant of the task name: the same ids on
+printable ASCII plus newline, tab and the few curly quotes / currency signs of GSM8K (< 128 tokens). The vocabulary is a constant of the task name: the same ids on
 every build and machine.
 
     from dare_bench.tasks.tokenizer import build_task_tokenizer
@@ -23,14 +23,16 @@ TAG_TOKENS = ["<answer>", "</answer>", "<reasoning>", "</reasoning>"]
 
 _DIGITS = "0123456789"
 _TEXT_CHARS = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")  # printable ASCII, \n, \t
+# the non-ASCII characters that occur more than once in DARE's GSM8K questions (curly quotes, currencies, dashes)
+_TEXT_EXTRA = "’‘“”€£¢–—é"
 
 TASK_CHARS: dict[str, str] = {
     "sudoku": "sudoku \n" + _DIGITS,
     "countdown": "numbers target \n" + _DIGITS + "+-*/()" + "\\boxed{}",  # d1's evaluation wants a \\boxed{}
-    "gsm8k": _TEXT_CHARS,
-    "math500": _TEXT_CHARS,
-    "humaneval": _TEXT_CHARS,
-    "mbpp": _TEXT_CHARS,
+    "gsm8k": _TEXT_CHARS + _TEXT_EXTRA,
+    "math500": _TEXT_CHARS + _TEXT_EXTRA,
+    "humaneval": _TEXT_CHARS + _TEXT_EXTRA,
+    "mbpp": _TEXT_CHARS + _TEXT_EXTRA,
 }
 
 

@@ -38,7 +38,7 @@ def test_vocab_is_small_deterministic_and_has_the_special_tokens(tmp_path):
 
 def test_text_tasks_cover_ascii_and_unknown_task_is_an_error():
     tok = build_task_tokenizer("gsm8k")
-    s = "Q: $5, 1,000 apples?\n<reasoning>\nso \\boxed{18}\n</reasoning>\n<answer>\n18\n</answer>\n"
+    s = "Q: Janet’s $5, 1,000 apples?\n<reasoning>\nso \\boxed{18}\n</reasoning>\n<answer>\n18\n</answer>\n"
     assert tok.decode(tok(s)["input_ids"]) == s
     with pytest.raises(ConfigError):
         build_task_tokenizer("chess")
