@@ -322,8 +322,8 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     sink: called as `sink(step, metrics)` after every loop step (rank 0 only); steps are 1-based.
     checkpoint_dir / resume: checkpoints every `train.checkpoint_every` loop steps and at the end; with `resume`,
         continue from the latest complete checkpoint there (metrics history included) if one exists.
-    items: training items (default: `train.data` through `load_train_items`); prompt_template: "plain" or a chat tokenizer
-        (`task.format_prompt`); grader: the task grader that gives the reward.
+    items: training items (default: `train.data` through `load_train_items`); prompt_template: "plain" or a
+        chat tokenizer (`task.format_prompt`); grader: the task grader that gives the reward.
     micro_batch_size: rows per forward / backward (default: the whole rollout batch of this rank).
     stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
         simulate an interrupted run.
@@ -404,8 +404,9 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
         found = latest_checkpoint(ckpt_root)
         if found is not None:
             state, rng = load_checkpoint(found, model=policy, optimizer=optimizer, scheduler=scheduler)
-            if state.get("algorithm") != algo.name:
-                raise ConfigError(f"{found} is a checkpoint of algorithm {state.get('algorithm')!r}, not {algo.name!r}")
+            if state.get("algorithm") != algo.name or state.get("seed") != seed:
+                raise ConfigError(f"{found} belongs to another run (algorithm {state.get('algorithm')!r}, seed "
+                                  f"{state.get('seed')!r}; this run: {algo.name!r}, seed {seed})")
             step, opt_step = int(state["step"]), int(state["optimizer_steps"])
             history = list(state["history"])
             stream.load_state(state["data"])

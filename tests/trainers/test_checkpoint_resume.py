@@ -176,3 +176,11 @@ def test_torchrun_two_ranks_stay_identical_and_checkpoint_once(tmp_path):
     assert [s for s, _ in list_checkpoints(ckpt)] == [1, 2]
     rng = torch.load(latest_checkpoint(ckpt) / "rng.pt", weights_only=False)
     assert isinstance(rng, list) and len(rng) == 2  # one RNG record per rank
+
+
+def test_resume_refuses_another_runs_checkpoint(tmp_path):
+    from dare_bench.errors import ConfigError
+
+    _uninterrupted({"steps": 1, "checkpoint_every": 1}, checkpoint_dir=tmp_path)
+    with pytest.raises(ConfigError, match="another run"):
+        _uninterrupted({"steps": 2, "checkpoint_every": 1}, seed=6, checkpoint_dir=tmp_path, resume=True)
