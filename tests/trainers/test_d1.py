@@ -78,6 +78,9 @@ def test_invariant_1_masks_cover_completion_not_padding():
         p = batch.prompt_ids.shape[1]
         assert mask[:, p:].all(), "every completion position is masked (p = 1)"
         assert not (mask[:, :p] & (batch.prompt_mask == 0)).any(), "prompt padding is never masked"
+        assert not (mask & ~batch.attention_mask.bool()).any(), "nothing beyond the attention mask is masked"
+        # (completion tokens after the first EOS are attended and masked, as upstream d1; only the scored part,
+        # `completion_mask`, stops at the EOS)
 
 
 def test_invariant_2_prompt_mask_rate():
