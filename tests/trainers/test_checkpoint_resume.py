@@ -184,3 +184,21 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path):
     _uninterrupted({"steps": 1, "checkpoint_every": 1}, checkpoint_dir=tmp_path)
     with pytest.raises(ConfigError, match="another run"):
         _uninterrupted({"steps": 2, "checkpoint_every": 1}, seed=6, checkpoint_dir=tmp_path, resume=True)
+
+
+def test_exception_mid_run_then_resume(tmp_path):
+    """A crash inside step 2 (after its update, before its checkpoint) loses only that step's work."""
+    cfg = dict(CFG, steps=3)
+
+    def crash(step, metrics):
+        if step == 2:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _uninterrupted(cfg, checkpoint_dir=tmp_path, sink=crash)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]
+    resumed = _uninterrupted(cfg, checkpoint_dir=tmp_path, resume=True)
+    ref = _uninterrupted(cfg)
+    assert resumed.resumed_from == 1
+    assert _deterministic(resumed.history) == _deterministic(ref.history)
+    _same_weights(resumed.policy.state_dict(), ref.policy.state_dict())
