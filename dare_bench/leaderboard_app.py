@@ -1,0 +1,267 @@
+"""dare-bench leaderboard: which post-training algorithm wins per backbone, reported vs reproduced, with curves.
+
+What it does: a read-only Streamlit app over the results store. For one backbone and ONE scale at a time it shows
+the algorithm × task matrix of final scores (mean, 95 % CI over seeds, number of runs, winner starred), the
+paper's reported values next to ours (ours ×100: the store keeps fractions, papers print percentages), training
+curves (reward, loss, KL, tokens per forward) overlaid per algorithm with the per-stage time breakdown, and a
+drill-down into one run (resolved config, run record, sampler preset, a page of per-sample outputs).
+
+    dare-bench leaderboard                                   # DARE_BENCH_DB or $DARE_BENCH_HOME/results.db
+    dare-bench leaderboard --db results.db --port 8501       # binds 127.0.0.1 unless --host says otherwise
+    DARE_BENCH_DB=sqlite:///results.db streamlit run leaderboard/app.py   # the same app, by hand
+
+No GPU and no torchrun: it only reads the database (SQLite is opened with mode=ro), so CPU, one-GPU and multi-GPU
+machines run it the same way. The queries live in `dare_bench/leaderboard_data.py`.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dare_bench import leaderboard_data as data
+from dare_bench.errors import DareBenchError
+
+TTL_S = 30  # new runs show up within this long, without hammering the database on every widget change
+CURVE_LABELS = {"reward_mean": "reward", "loss": "loss", "kl": "KL", "tokens_per_forward": "tokens per forward",
+                "entropy": "entropy", "reward_std": "reward std", "peak_memory_mb": "peak memory (MB)"}
+
+
+@st.cache_resource(show_spinner=False)
+def _engine(url: str):
+    return data.open_reader(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _overview(url: str) -> dict:
+    return data.overview(_engine(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _scales(url: str, backbone: str) -> list[str]:
+    return data.scales_for(_engine(url), backbone)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _winners(url: str, backbone: str, scale: str, tasks: tuple, algorithms: tuple, modified: bool) -> pd.DataFrame:
+    return data.winners(_engine(url), backbone=backbone, scale=scale, tasks=list(tasks), algorithms=list(algorithms),
+                        include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _reported(url: str, backbone: str) -> tuple[pd.DataFrame, str]:
+    return data.reported_scores(_engine(url), backbone)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _curves(url: str, backbone: str, task: str, scale: str, algorithms: tuple, modified: bool) -> pd.DataFrame:
+    return data.curves(_engine(url), backbone=backbone, task=task, scale=scale, algorithms=list(algorithms),
+                       include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _stages(url: str, backbone: str, task: str, scale: str, algorithms: tuple, modified: bool) -> pd.DataFrame:
+    return data.stage_times(_engine(url), backbone=backbone, task=task, scale=scale, algorithms=list(algorithms),
+                            include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _runs(url: str, backbone: str, task: str, scale: str, algorithms: tuple, modified: bool) -> pd.DataFrame:
+    return data.runs_page(_engine(url), backbone=backbone, task=task, scale=scale, algorithms=list(algorithms),
+                          include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _detail(url: str, run_id: int) -> dict | None:
+    return data.run_detail(_engine(url), run_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _samples(url: str, evaluation_id: int, page: int, only: str) -> tuple[pd.DataFrame, int]:
+    return data.samples_page(_engine(url), evaluation_id, page=page, only=only)
+
+
+def _highlight_best(matrix: pd.DataFrame) -> pd.io.formats.style.Styler:
+    def style(df: pd.DataFrame) -> pd.DataFrame:
+        return df.map(lambda v: "background-color: #c8f7c5; font-weight: 700" if str(v).startswith("★") else "")
+
+    return matrix.style.apply(style, axis=None)
+
+
+def main() -> None:
+    st.set_page_config(page_title="dare-bench leaderboard", layout="wide")
+    st.title("dare-bench leaderboard")
+    url = data.database_url_from_env()
+    try:
+        _engine(url)
+        ov = _overview(url)
+    except DareBenchError as exc:
+        st.error(f"Cannot open the results database: {exc}")
+        st.stop()
+    st.caption(f"Database: `{url}` · {ov['finished']} finished runs of {ov['runs']} recorded · read-only")
+
+    if not ov["finished"]:
+        st.info(
+            "**No finished runs yet** — this database holds nothing to rank. Record one with "
+            f"`dare-bench reproduce d1-llada-sudoku --scale micro --db {url}` and reload this page.",
+            icon="📭",
+        )
+        st.stop()
+
+    with st.sidebar:
+        st.header("Filters")
+        backbone = st.selectbox("Backbone", ov["backbones"], key="backbone")
+        scales = _scales(url, backbone)
+        scale = st.selectbox("Scale", scales, key="scale",
+                             help="Scales are never mixed: paper, tiny and micro numbers are not comparable.")
+        tasks = st.multiselect("Tasks", ov["tasks"], key="tasks", placeholder="all tasks")
+        algorithms = st.multiselect("Algorithms", ov["algorithms"], key="algorithms", placeholder="all algorithms")
+        modified = st.checkbox("Include modified runs (key=value overrides)", value=False, key="modified")
+
+    cells = _winners(url, backbone, scale, tuple(tasks), tuple(algorithms), modified)
+    tab_win, tab_rep, tab_curves, tab_run = st.tabs(["Winners", "Reported vs reproduced", "Curves", "Run drill-down"])
+
+    with tab_win:
+        st.subheader(f"Winners — {backbone}, {scale} scale")
+        if cells.empty:
+            st.info(f"No finished {scale}-scale runs of {backbone} match these filters"
+                    + ("" if modified else " (modified runs are hidden: tick the box in the sidebar)") + ".")
+        else:
+            winners = data.task_winners(cells)
+            best = cells[cells["best"]].drop_duplicates("task").set_index("task")["mean"]
+            lines = [f"**{t}**: {', '.join(a)} ({best[t]:.3f})" for t, a in winners.items()]
+            st.markdown("Best per task — " + " · ".join(lines))
+            st.caption("Cell = mean of the primary metric (final evaluation) over runs ± 95 % CI (Student t over "
+                       "seeds, shown when n > 1), n = runs behind the cell; ★ = best mean in the column "
+                       "(higher is better). Baseline = the untrained backbone.")
+            matrix = data.winner_matrix(cells)
+            st.dataframe(_highlight_best(matrix), width="stretch")
+            with st.expander("Cell statistics"):
+                st.dataframe(cells[["algorithm", "task", "metric", "n", "seeds", "mean", "std", "ci95", "min", "max",
+                                    "best"]], width="stretch", hide_index=True)
+
+    with tab_rep:
+        st.subheader(f"Reported vs reproduced — {backbone}, {scale} scale")
+        reported, origin = _reported(url, backbone)
+        tables = sorted(reported["table"].unique()) if len(reported) else []
+        if not tables:
+            st.info(f"No reported scores for {backbone} in the store or the registry.")
+        else:
+            default = tables.index("dare-algorithm-comparison") if "dare-algorithm-comparison" in tables else 0
+            table = st.selectbox("Published table", tables, index=default, key="reported_table",
+                                 help="Rows of different published tables use different settings; never mix them.")
+            cmp = data.reported_vs_reproduced(cells, reported, table)
+            if tasks:
+                cmp = cmp[cmp["task"].isin(tasks)]
+            if algorithms:
+                cmp = cmp[cmp["algorithm"].isin(algorithms)]
+            st.caption(
+                "Units: the store keeps fractions (0..1); papers print percentages, so **reproduced = ours × 100** "
+                "and difference = reproduced − reported, in percentage points. "
+                f"Reported values come from the {origin}"
+                + (" (`dare-bench ingest` syncs them into the store)" if origin == "registry" else "")
+                + f". Reported numbers are for the paper recipe; at {scale} scale the difference measures the gap, "
+                  "not a failed reproduction." * (scale not in ("paper", "official")))
+            st.dataframe(
+                cmp, width="stretch", hide_index=True,
+                column_config={
+                    "reported": st.column_config.NumberColumn("reported (%)", format="%.1f"),
+                    "reproduced": st.column_config.NumberColumn("reproduced (%)", format="%.1f",
+                                                                help="ours × 100, mean over runs"),
+                    "ci95": st.column_config.NumberColumn("± 95 % CI", format="%.1f"),
+                    "difference": st.column_config.NumberColumn("difference (pp)", format="%+.1f"),
+                    "status": st.column_config.TextColumn("status", help="ok · no run (reported only) · no report"),
+                    "source": st.column_config.TextColumn("source", help="repo/paper, commit, file, table"),
+                },
+            )
+
+    with tab_curves:
+        st.subheader(f"Training curves — {backbone}, {scale} scale")
+        curve_tasks = tasks or sorted(cells["task"].unique().tolist()) or ov["tasks"]
+        task = st.selectbox("Task", curve_tasks, key="curve_task")
+        curves = _curves(url, backbone, task, scale, tuple(algorithms), modified)
+        if curves.empty:
+            st.info(f"No step metrics for {backbone} × {task} at {scale} scale (baseline runs do not train).")
+        else:
+            st.caption("Mean over the runs of each algorithm, downsampled in the database to at most "
+                       f"{data.MAX_CURVE_POINTS} points per curve.")
+            shown = [c for c in ("reward_mean", "loss", "kl", "tokens_per_forward") if curves[c].notna().any()]
+            cols = st.columns(2)
+            for i, metric in enumerate(shown):
+                chart = (alt.Chart(curves.dropna(subset=[metric]))
+                         .mark_line(point=len(curves) < 60)
+                         .encode(x=alt.X("step:Q", title="step"), y=alt.Y(f"{metric}:Q", title=CURVE_LABELS[metric]),
+                                 color=alt.Color("algorithm:N"), tooltip=["algorithm", "step", metric, "runs"])
+                         .properties(title=CURVE_LABELS[metric], height=240))
+                cols[i % 2].altair_chart(chart, width="stretch")
+        stages = _stages(url, backbone, task, scale, tuple(algorithms), modified)
+        if len(stages):
+            st.markdown("**Time per stage** (seconds per run, summed over steps, mean over runs)")
+            bar = (alt.Chart(stages).mark_bar()
+                   .encode(y=alt.Y("algorithm:N"), x=alt.X("seconds_per_run:Q", title="seconds per run"),
+                           color=alt.Color("stage:N"), tooltip=["algorithm", "stage", "seconds_per_run", "runs"])
+                   .properties(height=max(80, 40 * stages["algorithm"].nunique())))
+            st.altair_chart(bar, width="stretch")
+
+    with tab_run:
+        st.subheader("Run drill-down")
+        runs = _runs(url, backbone, task, scale, tuple(algorithms), modified)
+        if runs.empty:
+            st.info(f"No finished runs of {backbone} × {task} at {scale} scale.")
+            return
+        st.caption(f"The newest {len(runs)} runs of {backbone} × {task} at {scale} scale.")
+        st.dataframe(runs, width="stretch", hide_index=True)
+        labels = {int(r.run_id): f"#{r.run_id} {r.algorithm} seed {r.seed}" for r in runs.itertuples()}
+        run_id = st.selectbox("Run", list(labels), format_func=labels.get, key="run_id")
+        detail = _detail(url, int(run_id))
+        if detail is None:
+            st.warning(f"Run {run_id} is gone from the database.")
+            return
+        run = detail["run"]
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**Run record**")
+            record = {k: run[k] for k in ("id", "uid", "reproduction", "algorithm", "backbone", "task", "scale",
+                                          "seed", "status", "modified", "overrides", "config_hash", "code_version",
+                                          "host", "origin", "started_at", "duration_s")}
+            st.json(record)
+            st.markdown("**Hardware**")
+            st.json(run["hardware"], expanded=False)
+            st.markdown("**Packages**")
+            st.json(run["packages"], expanded=False)
+        with right:
+            st.markdown("**Resolved config**")
+            st.json(run["config"], expanded=False)
+        evs = detail["evaluations"]
+        if not evs:
+            st.info("This run has no evaluations.")
+            return
+        st.markdown("**Evaluations**")
+        st.dataframe(pd.DataFrame([{k: e[k] for k in ("id", "checkpoint", "step", "task", "split", "primary_metric",
+                                                      "primary_value", "n_items", "sampler_preset",
+                                                      "data_fingerprint")} for e in evs]),
+                     width="stretch", hide_index=True)
+        ev_labels = {int(e["id"]): f"{e['checkpoint'] or 'eval'} · {e['task']} · {e['primary_metric']} = "
+                                   f"{e['primary_value']:.3f}" for e in evs}
+        finals = [i for i, e in zip(ev_labels, evs) if e["checkpoint"] == "final"]
+        ev_id = st.selectbox("Evaluation", list(ev_labels), format_func=ev_labels.get, key="evaluation_id",
+                             index=list(ev_labels).index(finals[-1]) if finals else 0)
+        ev = next(e for e in evs if int(e["id"]) == ev_id)
+        with st.expander("Sampler settings and metrics"):
+            st.json({"sampler_preset": ev["sampler_preset"], "sampler": ev["sampler"], "metrics": ev["metrics"],
+                     "data_fingerprint": ev["data_fingerprint"]})
+        only = st.radio("Samples", ["all", "correct", "wrong"], horizontal=True, key="samples_only")
+        _, total = _samples(url, ev_id, 0, only)
+        pages = max(1, -(-total // data.SAMPLE_PAGE))
+        page = st.number_input(f"Page (of {pages}, {data.SAMPLE_PAGE} per page)", min_value=1, max_value=pages,
+                               value=1, step=1, key="samples_page") - 1
+        samples, total = _samples(url, ev_id, int(page), only)
+        st.caption(f"{total} samples ({only}); showing {len(samples)}.")
+        if len(samples):
+            st.dataframe(samples[["idx", "verdict", "score", "prompt", "completion", "reference", "item_id"]],
+                         width="stretch", hide_index=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,453 @@
+"""Read-only queries behind the leaderboard (no Streamlit here, so every query is unit-testable).
+
+    from dare_bench.leaderboard_data import open_reader, winners
+    engine = open_reader("sqlite:///results.db")        # refuses to create, migrate or write anything
+    cells = winners(engine, backbone="llada", scale="micro")
+
+Every query aggregates or pages in SQL: with 10,000 runs and 1,000,000 metric rows the app must never pull whole
+tables into pandas. Scores: the "final" evaluation of each finished run (the pipeline writes a "base" and a "final"
+one); baseline runs are the algorithm "baseline". Our accuracies are fractions (0..1) while published numbers are
+percentages, so comparisons go through `to_percent`, which says what it did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from dare_bench.errors import StoreError
+from dare_bench.store.engine import READ_ONLY, resolve_url
+from dare_bench.store.models import HEAD, REVISIONS
+
+CURVE_COLUMNS = ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_per_forward", "peak_memory_mb")
+MAX_CURVE_POINTS = 400
+SAMPLE_PAGE = 25
+# Metrics stored as fractions of 1 by the evaluator and published as percentages.
+FRACTION_METRICS = ("accuracy", "pass@1", "pass@k", "score", "exact_match")
+
+# Two-sided 95 % Student t quantiles for df = 1..30; beyond that the normal 1.96 is within 2 %.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
+
+
+# ----------------------------------------------------------------------------------------------- opening
+
+
+def open_reader(url: str | None = None) -> Engine:
+    """A read-only engine on a dare-bench database at schema HEAD; StoreError (one line) otherwise.
+
+    Unlike `Store(url)`, this never creates a missing SQLite file nor migrates an old schema: the leaderboard
+    only looks.
+    """
+    url = resolve_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - any malformed URL is one user error
+        raise StoreError(f"cannot parse database URL {url!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ""
+        if not path or path == ":memory:":
+            raise StoreError("the leaderboard needs a database file, not an in-memory SQLite database")
+        if not Path(path).is_file():
+            raise StoreError(f"no database at {path} (run `dare-bench reproduce NAME --db {path}` to create one)")
+        # mode=ro: SQLite itself refuses writes, and WAL readers take no lock a writer could wait on.
+        engine = create_engine(f"sqlite:///file:{path}?mode=ro&uri=true", connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):  # noqa: ANN001
+            dbapi_conn.execute("PRAGMA query_only=ON")
+    else:
+        try:
+            engine = create_engine(url, pool_pre_ping=True)
+        except (SQLAlchemyError, ValueError, ImportError) as exc:
+            raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {exc}") from None
+    engine = engine.execution_options(**{READ_ONLY: True})
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+            if "alembic_version" not in tables or "runs" not in tables:
+                raise StoreError(f"{shown} is not a dare-bench results database (tables: {sorted(tables)[:5]})")
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except StoreError:
+        engine.dispose()
+        raise
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+        raise StoreError(f"cannot read database {shown}: {reason} (not an SQLite database, or unreachable?)") from None
+    if revision != HEAD:
+        engine.dispose()
+        if revision in REVISIONS:
+            raise StoreError(f"database {shown} has the older schema {revision!r}; upgrade it once with "
+                             f"`dare-bench runs --db {url}` (the leaderboard never writes)")
+        raise StoreError(f"database {shown} has schema {revision!r}, unknown to this dare-bench (latest {HEAD!r})")
+    return engine
+
+
+def _df(engine: Engine, sql: str, **params: Any) -> pd.DataFrame:
+    with engine.connect() as conn:
+        result = conn.execute(text(sql), params)
+        return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+
+# -------------------------------------------------------------------------------------------- overview
+
+
+def overview(engine: Engine) -> dict[str, Any]:
+    """Counts and the distinct filter values (one GROUP BY over runs)."""
+    df = _df(engine, "SELECT backbone, task, algorithm, scale, status, COUNT(*) AS n FROM runs "
+                     "GROUP BY backbone, task, algorithm, scale, status")
+    finished = df[df["status"] == "finished"] if len(df) else df
+    values = lambda col: sorted(finished[col].unique().tolist()) if len(finished) else []  # noqa: E731
+    return {
+        "runs": int(df["n"].sum()) if len(df) else 0,
+        "finished": int(finished["n"].sum()) if len(finished) else 0,
+        "by_status": {s: int(n) for s, n in df.groupby("status")["n"].sum().items()} if len(df) else {},
+        "backbones": values("backbone"), "tasks": values("task"), "algorithms": values("algorithm"),
+        "scales": values("scale"),
+    }
+
+
+def scales_for(engine: Engine, backbone: str) -> list[str]:
+    df = _df(engine, "SELECT DISTINCT scale FROM runs WHERE status = 'finished' AND backbone = :b", b=backbone)
+    order = {"paper": 0, "official": 1, "tiny": 2, "micro": 3}
+    return sorted(df["scale"].tolist(), key=lambda s: (order.get(s, 9), s))
+
+
+# ---------------------------------------------------------------------------------------------- winners
+
+# The latest "final" evaluation per (run, task): a run re-evaluated later counts once, with its newest score.
+_FINALS = """
+    SELECT e.run_id, e.task, MAX(e.id) AS eval_id FROM evaluations e JOIN runs r ON r.id = e.run_id
+    WHERE e.checkpoint = 'final' AND r.status = 'finished' AND r.backbone = :backbone AND r.scale = :scale
+      {modified}
+    GROUP BY e.run_id, e.task
+"""
+
+
+def _modified_clause(include_modified: bool) -> str:
+    return "" if include_modified else "AND r.modified = 0"
+
+
+def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | None = None,
+            algorithms: list[str] | None = None, include_modified: bool = False) -> pd.DataFrame:
+    """One row per (algorithm, task, metric): n runs, mean, 95 % CI half-width over runs (seeds), and `best`.
+
+    Aggregated in SQL (count, mean, mean of squares); only one backbone and ONE scale per call, so scales are
+    never mixed. `best` marks the highest mean per (task, metric); ties all win.
+    """
+    sql = f"""
+        SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric, COUNT(*) AS n,
+               AVG(e.primary_value) AS mean, AVG(e.primary_value * e.primary_value) AS mean_sq,
+               MIN(e.primary_value) AS min, MAX(e.primary_value) AS max, COUNT(DISTINCT r.seed) AS seeds,
+               MAX(r.id) AS latest_run
+        FROM ({_FINALS.format(modified=_modified_clause(include_modified))}) f
+        JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
+        GROUP BY r.algorithm, f.task, e.primary_metric
+    """
+    df = _df(engine, sql, backbone=backbone, scale=scale)
+    if tasks:
+        df = df[df["task"].isin(tasks)]
+    if algorithms:
+        df = df[df["algorithm"].isin(algorithms)]
+    df = df.reset_index(drop=True)
+    if df.empty:
+        return df.assign(std=[], ci95=[], best=[])
+    n = df["n"].astype(float)
+    var = ((df["mean_sq"] - df["mean"] ** 2).clip(lower=0.0) * n / (n - 1).where(n > 1)).fillna(0.0)
+    df["std"] = var.pow(0.5).where(n > 1)
+    df["ci95"] = [t95(int(k) - 1) * s / math.sqrt(k) if k > 1 else float("nan") for k, s in zip(df["n"], df["std"])]
+    top = df.groupby(["task", "metric"])["mean"].transform("max")
+    df["best"] = (df["mean"] - top).abs() <= 1e-12
+    return df.drop(columns=["mean_sq"]).sort_values(["task", "mean"], ascending=[True, False]).reset_index(drop=True)
+
+
+def winner_matrix(cells: pd.DataFrame) -> pd.DataFrame:
+    """algorithm × task text matrix: "0.412 ± 0.031 (n=3)"; the winner of each column is starred."""
+    if cells.empty:
+        return pd.DataFrame()
+    multi = cells.groupby("task")["metric"].nunique().gt(1)
+    col = cells.apply(lambda r: f"{r.task} ({r.metric})" if multi.get(r.task, False) else r.task, axis=1)
+
+    def fmt(r: pd.Series) -> str:
+        ci = f" ± {r.ci95:.3f}" if r.n > 1 and not math.isnan(r.ci95) else ""
+        return f"{'★ ' if r.best else ''}{r['mean']:.3f}{ci} (n={int(r.n)})"
+
+    out = cells.assign(column=col, cell=cells.apply(fmt, axis=1)).pivot(index="algorithm", columns="column",
+                                                                         values="cell")
+    out.columns.name = None
+    return out.fillna("no run")
+
+
+def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
+    """task -> the algorithm(s) with the best mean."""
+    if cells.empty:
+        return {}
+    return {t: sorted(g.loc[g["best"], "algorithm"]) for t, g in cells.groupby("task")}
+
+
+# ----------------------------------------------------------------------------------- reported vs reproduced
+
+
+def to_percent(value: float | None, metric: str) -> float | None:
+    """Our fraction-of-1 metrics as percentages (the unit papers report); other metrics unchanged."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return 100.0 * value if metric in FRACTION_METRICS else value
+
+
+def reported_scores(engine: Engine, backbone: str) -> tuple[pd.DataFrame, str]:
+    """Published scores for a backbone: from the store's synced table, else straight from the registry YAMLs."""
+    df = _df(engine, """
+        SELECT algorithm, task, table_id AS "table", metric, value, source_kind, source_ref, source_table,
+               source_file, source_commit, settings_json, note
+        FROM reported_scores WHERE backbone = :b ORDER BY id""", b=backbone)
+    if len(df):
+        return df, "store"
+    try:
+        from dare_bench.registry import load_registry
+
+        rows = [
+            {"algorithm": spec.algorithm, "task": spec.task, "table": r.table, "metric": r.metric, "value": r.value,
+             "source_kind": r.source.kind, "source_ref": r.source.ref, "source_table": r.source.table,
+             "source_file": r.source.file, "source_commit": r.source.commit,
+             "settings_json": json.dumps(r.settings, sort_keys=True), "note": r.note}
+            for spec in load_registry() if spec.backbone == backbone for r in spec.reported
+        ]
+    except Exception:  # noqa: BLE001 - a broken registry must not take the leaderboard down
+        return df, "none"
+    return pd.DataFrame(rows, columns=df.columns), "registry"
+
+
+def source_label(row: pd.Series) -> str:
+    parts = [str(row["source_ref"])]
+    if row.get("source_commit"):
+        parts[0] += f"@{row['source_commit']}"
+    for key in ("source_file", "source_table"):
+        if row.get(key):
+            parts.append(str(row[key]))
+    return " · ".join(parts)
+
+
+def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: str | None) -> pd.DataFrame:
+    """One row per (algorithm, task) known to either side: reported %, reproduced %, difference, source.
+
+    Reproduced values are converted to percentages by `to_percent` (column `unit` says so); a cell with no
+    run or no report says which is missing instead of showing a number.
+    """
+    rep = reported if table is None else reported[reported["table"] == table]
+    rep = rep.drop_duplicates(["algorithm", "task", "metric"], keep="first")
+    ours = cells[["algorithm", "task", "metric", "n", "mean", "ci95"]] if len(cells) else pd.DataFrame(
+        columns=["algorithm", "task", "metric", "n", "mean", "ci95"])
+    merged = ours.merge(rep[["algorithm", "task", "metric", "value", "table", "source_kind", "source_ref",
+                             "source_table", "source_file", "source_commit", "settings_json", "note"]],
+                        on=["algorithm", "task", "metric"], how="outer")
+    rows = []
+    for _, r in merged.iterrows():
+        metric = r["metric"]
+        has_run = not pd.isna(r["mean"])
+        has_rep = not pd.isna(r["value"])
+        repro = to_percent(float(r["mean"]), metric) if has_run else None
+        ci = to_percent(float(r["ci95"]), metric) if has_run and not pd.isna(r["ci95"]) else None
+        rows.append({
+            "algorithm": r["algorithm"], "task": r["task"], "metric": metric,
+            "reported": float(r["value"]) if has_rep else None,
+            "reproduced": repro, "ci95": ci, "runs": int(r["n"]) if has_run else 0,
+            "difference": (repro - float(r["value"])) if has_run and has_rep else None,
+            "status": "ok" if has_run and has_rep else ("no run" if has_rep else "no report"),
+            "unit": "percent (ours ×100)" if metric in FRACTION_METRICS else "as stored",
+            "source": source_label(r) if has_rep else "",
+            "table": r["table"] if has_rep else "",
+            "settings": r["settings_json"] if has_rep else "",
+            "note": r["note"] if has_rep and isinstance(r["note"], str) else "",
+        })
+    out = pd.DataFrame(rows, columns=["algorithm", "task", "metric", "reported", "reproduced", "ci95", "runs",
+                                      "difference", "status", "unit", "source", "table", "settings", "note"])
+    # Cells with both numbers first, then ours without a report, then reported cells we have not run.
+    order = out["status"].map({"ok": 0, "no report": 1, "no run": 2})
+    return out.assign(_o=order).sort_values(["_o", "task", "algorithm"]).drop(columns="_o").reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------------ curves
+
+
+def curves(engine: Engine, *, backbone: str, task: str, scale: str, algorithms: list[str] | None = None,
+           include_modified: bool = False, max_points: int = MAX_CURVE_POINTS) -> pd.DataFrame:
+    """Step metrics averaged over the runs of each algorithm, downsampled in SQL to <= max_points per algorithm.
+
+    Steps are bucketed by integer division with one bucket width for the whole query, so each returned point is
+    the mean over all runs and steps of one bucket; `runs` says how many runs fed it.
+    """
+    where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
+             f"{_modified_clause(include_modified)}")
+    params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale}
+    if algorithms:
+        names = {f"a{i}": a for i, a in enumerate(algorithms)}
+        where += f" AND r.algorithm IN ({', '.join(':' + k for k in names)})"
+        params.update(names)
+    with engine.connect() as conn:
+        max_step = conn.execute(text(f"SELECT MAX(m.step) FROM step_metrics m JOIN runs r ON r.id = m.run_id "
+                                     f"WHERE {where}"), params).scalar()
+    if max_step is None:
+        return pd.DataFrame(columns=["algorithm", "step", "runs", *CURVE_COLUMNS])
+    width = max(1, math.ceil((max_step + 1) / max_points))
+    aggs = ", ".join(f"AVG(m.{c}) AS {c}" for c in CURVE_COLUMNS)
+    sql = f"""
+        SELECT r.algorithm AS algorithm, m.step / :width AS bucket, AVG(m.step) AS step,
+               COUNT(DISTINCT m.run_id) AS runs, {aggs}
+        FROM step_metrics m JOIN runs r ON r.id = m.run_id
+        WHERE {where}
+        GROUP BY r.algorithm, m.step / :width ORDER BY r.algorithm, bucket
+    """
+    return _df(engine, sql, width=width, **params).drop(columns=["bucket"])
+
+
+def run_curve(engine: Engine, run_id: int, max_points: int = MAX_CURVE_POINTS) -> pd.DataFrame:
+    with engine.connect() as conn:
+        max_step = conn.execute(text("SELECT MAX(step) FROM step_metrics WHERE run_id = :r"), {"r": run_id}).scalar()
+    if max_step is None:
+        return pd.DataFrame(columns=["step", *CURVE_COLUMNS])
+    width = max(1, math.ceil((max_step + 1) / max_points))
+    aggs = ", ".join(f"AVG({c}) AS {c}" for c in CURVE_COLUMNS)
+    return _df(engine, f"SELECT AVG(step) AS step, {aggs} FROM step_metrics WHERE run_id = :r "
+                       f"GROUP BY step / :w ORDER BY step / :w", r=run_id, w=width)
+
+
+def stage_times(engine: Engine, *, backbone: str, task: str, scale: str, algorithms: list[str] | None = None,
+                include_modified: bool = False) -> pd.DataFrame:
+    """Mean seconds per run spent in each trainer stage (rollout, reward, ...), per algorithm.
+
+    SQLite unpacks the per-step JSON with json_each inside the query; other backends get the same numbers from
+    a row-limited scan.
+    """
+    where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
+             f"{_modified_clause(include_modified)}")
+    params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale}
+    if algorithms:
+        names = {f"a{i}": a for i, a in enumerate(algorithms)}
+        where += f" AND r.algorithm IN ({', '.join(':' + k for k in names)})"
+        params.update(names)
+    if engine.dialect.name == "sqlite":
+        # Two spellings reach the store: {"stage_seconds": {...}} and the RL loop's extra `time_<stage>_s`
+        # keys (whose `time_step_s` is the whole step, not a stage, so it is left out).
+        sql = f"""
+            SELECT algorithm, stage, SUM(seconds) / COUNT(DISTINCT run_id) AS seconds_per_run,
+                   COUNT(DISTINCT run_id) AS runs
+            FROM (
+                SELECT r.algorithm AS algorithm, m.run_id AS run_id, j.key AS stage, j.value AS seconds
+                FROM step_metrics m JOIN runs r ON r.id = m.run_id, json_each(m.stage_seconds_json) j
+                WHERE {where} AND j.type IN ('real', 'integer')
+                UNION ALL
+                SELECT r.algorithm, m.run_id, substr(j.key, 6, length(j.key) - 7), j.value
+                FROM step_metrics m JOIN runs r ON r.id = m.run_id, json_each(m.extra_json) j
+                WHERE {where} AND j.key LIKE 'time\\_%\\_s' ESCAPE '\\' AND j.key != 'time_step_s'
+                  AND j.type IN ('real', 'integer')
+            ) GROUP BY algorithm, stage ORDER BY algorithm, stage
+        """
+        return _df(engine, sql, **params)
+    raw = _df(engine, f"SELECT r.algorithm AS algorithm, m.run_id, m.stage_seconds_json, m.extra_json "
+                      f"FROM step_metrics m JOIN runs r ON r.id = m.run_id WHERE {where} LIMIT 200000", **params)
+    rows = []
+    for a, rid, stages, extra in raw.itertuples(index=False):
+        for k, v in json.loads(stages or "{}").items():
+            rows.append((a, rid, k, v))
+        for k, v in json.loads(extra or "{}").items():
+            if k.startswith("time_") and k.endswith("_s") and k != "time_step_s":
+                rows.append((a, rid, k[5:-2], v))
+    flat = pd.DataFrame([r for r in rows if isinstance(r[3], (int, float))],
+                        columns=["algorithm", "run_id", "stage", "seconds"])
+    if flat.empty:
+        return pd.DataFrame(columns=["algorithm", "stage", "seconds_per_run", "runs"])
+    g = flat.groupby(["algorithm", "stage"])
+    return pd.DataFrame({"seconds_per_run": g["seconds"].sum() / g["run_id"].nunique(),
+                         "runs": g["run_id"].nunique()}).reset_index()
+
+
+# --------------------------------------------------------------------------------------------- drill-down
+
+
+def runs_page(engine: Engine, *, backbone: str, task: str, scale: str, algorithms: list[str] | None = None,
+              include_modified: bool = False, limit: int = 200) -> pd.DataFrame:
+    """The newest `limit` finished runs of one backbone × task × scale, with their final score."""
+    where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
+             f"{_modified_clause(include_modified)}")
+    params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale, "limit": int(limit)}
+    if algorithms:
+        names = {f"a{i}": a for i, a in enumerate(algorithms)}
+        where += f" AND r.algorithm IN ({', '.join(':' + k for k in names)})"
+        params.update(names)
+    sql = f"""
+        SELECT r.id AS run_id, r.algorithm, r.seed, r.reproduction, r.modified, r.config_hash, r.started_at,
+               r.duration_s,
+               (SELECT e.primary_value FROM evaluations e WHERE e.run_id = r.id AND e.checkpoint = 'final'
+                ORDER BY e.id DESC LIMIT 1) AS final_score,
+               (SELECT e.primary_value FROM evaluations e WHERE e.run_id = r.id AND e.checkpoint = 'base'
+                ORDER BY e.id DESC LIMIT 1) AS base_score
+        FROM runs r WHERE {where} ORDER BY r.id DESC LIMIT :limit
+    """
+    return _df(engine, sql, **params)
+
+
+def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
+    """The run record (config, code version, packages, hardware, seed) and its evaluations (no samples)."""
+    df = _df(engine, "SELECT * FROM runs WHERE id = :r", r=run_id)
+    if df.empty:
+        return None
+    run = df.iloc[0].to_dict()
+    for key in ("config_json", "overrides_json", "packages_json", "hardware_json"):
+        run[key.removesuffix("_json")] = json.loads(run.pop(key) or "null")
+    evs = _df(engine, "SELECT id, task, split, data_fingerprint, sampler_preset, sampler_json, metrics_json, "
+                      "primary_metric, primary_value, n_items, checkpoint, step, created_at FROM evaluations "
+                      "WHERE run_id = :r ORDER BY id", r=run_id)
+    evaluations = []
+    for e in evs.to_dict("records"):
+        e["sampler"] = json.loads(e.pop("sampler_json") or "{}")
+        e["metrics"] = json.loads(e.pop("metrics_json") or "{}")
+        evaluations.append(e)
+    return {"run": run, "evaluations": evaluations}
+
+
+def samples_page(engine: Engine, evaluation_id: int, *, page: int = 0, page_size: int = SAMPLE_PAGE,
+                 only: str = "all") -> tuple[pd.DataFrame, int]:
+    """One page of per-sample outputs with verdicts, and the number of matching samples.
+
+    `only`: "all" | "correct" | "wrong".
+    """
+    cond = {"all": "", "correct": "AND correct = 1", "wrong": "AND (correct = 0 OR correct IS NULL)"}[only]
+    with engine.connect() as conn:
+        total = conn.execute(text(f"SELECT COUNT(*) FROM samples WHERE evaluation_id = :e {cond}"),
+                             {"e": evaluation_id}).scalar() or 0
+    df = _df(engine, f"SELECT idx, item_id, correct, score, prompt, completion, reference FROM samples "
+                     f"WHERE evaluation_id = :e {cond} ORDER BY idx LIMIT :lim OFFSET :off",
+             e=evaluation_id, lim=int(page_size), off=int(page) * int(page_size))
+    if len(df):
+        df["verdict"] = df["correct"].map(lambda c: "correct" if c == 1 else ("wrong" if c == 0 else "n/a"))
+    return df, int(total)
+
+
+def database_url_from_env() -> str:
+    """The URL the `dare-bench leaderboard` command hands to the app (DARE_BENCH_DB), else the default."""
+    return resolve_url(os.environ.get("DARE_BENCH_DB") or None)
+
+
+@dataclass(frozen=True)
+class Selection:
+    backbone: str
+    scale: str
+    tasks: tuple[str, ...] = ()
+    algorithms: tuple[str, ...] = ()
+    include_modified: bool = False

@@ -1,0 +1,161 @@
+"""Leaderboard queries on databases written by the store's own API: winners, CI, scales, reported vs ours."""
+
+import math
+import sqlite3
+
+import pandas as pd
+import pytest
+from lb_helpers import add_run
+from typer.testing import CliRunner
+
+from dare_bench import leaderboard_data as L
+from dare_bench.cli import app
+from dare_bench.errors import StoreError
+from dare_bench.store import Store
+
+
+def _cell(cells, algorithm, task="sudoku"):
+    row = cells[(cells["algorithm"] == algorithm) & (cells["task"] == task)]
+    assert len(row) == 1, cells
+    return row.iloc[0]
+
+
+def test_winner_mean_ci_and_run_counts(winners_db):
+    cells = L.winners(L.open_reader(winners_db), backbone="llada", scale="micro")
+    assert L.task_winners(cells) == {"sudoku": ["d1"]}
+    d1, sft, base = _cell(cells, "d1"), _cell(cells, "sft"), _cell(cells, "baseline")
+    assert (d1.n, sft.n, base.n) == (2, 2, 1)  # the modified d1 run is not counted by default
+    assert d1["mean"] == pytest.approx(0.45) and sft["mean"] == pytest.approx(0.25) and base["mean"] == pytest.approx(0.1)
+    std = math.sqrt(((0.4 - 0.45) ** 2 + (0.5 - 0.45) ** 2) / 1)
+    assert d1["std"] == pytest.approx(std)
+    assert d1["ci95"] == pytest.approx(12.706 * std / math.sqrt(2))
+    assert math.isnan(base["ci95"])  # one run: no interval, not a zero-width one
+    matrix = L.winner_matrix(cells)
+    assert matrix.loc["d1", "sudoku"].startswith("★ 0.450 ±") and "(n=2)" in matrix.loc["d1", "sudoku"]
+    assert not matrix.loc["sft", "sudoku"].startswith("★")
+
+
+def test_scales_are_never_mixed(winners_db):
+    engine = L.open_reader(winners_db)
+    assert L.scales_for(engine, "llada") == ["tiny", "micro"]
+    tiny = L.winners(engine, backbone="llada", scale="tiny")
+    assert L.task_winners(tiny) == {"sudoku": ["sft"]}
+    assert set(tiny["n"]) == {1} and _cell(tiny, "sft")["mean"] == pytest.approx(0.95)
+    micro = L.winners(engine, backbone="llada", scale="micro")
+    assert 0.95 not in set(micro["max"]) and 0.05 not in set(micro["min"])
+    dream = L.winners(engine, backbone="dream", scale="micro")
+    assert list(dream["algorithm"]) == ["d1"] and list(dream["task"]) == ["gsm8k"]
+
+
+def test_modified_runs_only_on_request(winners_db):
+    cells = L.winners(L.open_reader(winners_db), backbone="llada", scale="micro", include_modified=True)
+    assert _cell(cells, "d1").n == 3 and _cell(cells, "d1")["max"] == pytest.approx(0.99)
+
+
+def test_ties_all_win(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    add_run(store, "d1", 0.3)
+    add_run(store, "sft", 0.3)
+    add_run(store, "baseline", 0.2)
+    cells = L.winners(L.open_reader(store.url), backbone="llada", scale="micro")
+    assert L.task_winners(cells) == {"sudoku": ["d1", "sft"]}
+
+
+def test_latest_final_evaluation_counts_once_per_run(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    run_id = add_run(store, "d1", 0.3)
+    from lb_helpers import evaluation
+
+    store.add_evaluation(run_id, evaluation("sudoku", 0.6, "final"))  # a later re-evaluation
+    cells = L.winners(L.open_reader(store.url), backbone="llada", scale="micro")
+    assert _cell(cells, "d1").n == 1 and _cell(cells, "d1")["mean"] == pytest.approx(0.6)
+
+
+def test_reported_vs_reproduced_normalises_to_percent(winners_db):
+    engine = L.open_reader(winners_db)
+    cells = L.winners(engine, backbone="llada", scale="micro")
+    reported, origin = L.reported_scores(engine, "llada")
+    assert origin == "store"
+    cmp = L.reported_vs_reproduced(cells, reported, "dare-algorithm-comparison").set_index(["algorithm", "task"])
+    d1 = cmp.loc[("d1", "sudoku")]
+    assert d1.reported == pytest.approx(31.8) and d1.reproduced == pytest.approx(45.0)
+    assert d1.difference == pytest.approx(45.0 - 31.8) and d1.status == "ok" and d1.runs == 2
+    assert "yjyddq/DARE@83ae8a3" in d1.source and d1.unit.startswith("percent")
+    assert cmp.loc[("baseline", "sudoku")].difference == pytest.approx(10.0 - 26.2)
+    assert cmp.loc[("sft", "sudoku")].status == "no report" and pd.isna(cmp.loc[("sft", "sudoku")].reported)
+    bgpo = cmp.loc[("bgpo", "sudoku")]
+    assert bgpo.status == "no run" and bgpo.reported == pytest.approx(42.6) and pd.isna(bgpo.reproduced)
+    assert list(cmp["status"])[:3] == ["ok", "ok", "no report"]
+
+
+def test_reported_falls_back_to_the_registry(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")  # never synced: the reported table is empty
+    add_run(store, "d1", 0.5)
+    reported, origin = L.reported_scores(L.open_reader(store.url), "llada")
+    assert origin == "registry"
+    row = reported[(reported["algorithm"] == "d1") & (reported["task"] == "sudoku")
+                   & (reported["table"] == "dare-algorithm-comparison")]
+    assert list(row["value"]) == [31.8]
+
+
+def test_curves_stage_times_and_drilldown(winners_db):
+    engine = L.open_reader(winners_db)
+    curves = L.curves(engine, backbone="llada", task="sudoku", scale="micro")
+    assert set(curves["algorithm"]) == {"d1", "sft"}  # baseline runs do not train
+    d1 = curves[curves["algorithm"] == "d1"].sort_values("step")
+    assert list(d1["step"]) == [1, 2, 3, 4] and set(d1["runs"]) == {2}
+    assert list(d1["reward_mean"]) == pytest.approx([0.45 * s / 4 for s in (1, 2, 3, 4)])
+    stages = L.stage_times(engine, backbone="llada", task="sudoku", scale="micro").set_index(["algorithm", "stage"])
+    assert stages.loc[("d1", "rollout")].seconds_per_run == pytest.approx(8.0)  # 4 steps × 2 s
+    runs = L.runs_page(engine, backbone="llada", task="sudoku", scale="micro", algorithms=["d1"])
+    assert list(runs["final_score"]) == pytest.approx([0.5, 0.4])
+    detail = L.run_detail(engine, int(runs["run_id"].iloc[-1]))
+    assert detail["run"]["code_version"] == "test-version" and detail["run"]["config"]["algorithm"] == "d1"
+    final = [e for e in detail["evaluations"] if e["checkpoint"] == "final"][0]
+    assert final["sampler_preset"] == "tiny-sudoku" and final["data_fingerprint"] == "fp-sudoku"
+    page0, total = L.samples_page(engine, final["id"], page=0)
+    page1, _ = L.samples_page(engine, final["id"], page=1)
+    assert total == 30 and len(page0) == L.SAMPLE_PAGE and list(page1["idx"]) == list(range(25, 30))
+    wrong, n_wrong = L.samples_page(engine, final["id"], only="wrong")
+    assert n_wrong == 15 and set(wrong["verdict"]) == {"wrong"}
+
+
+def test_curves_downsample_long_runs(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    add_run(store, "d1", 0.5, steps=120)
+    curves = L.curves(L.open_reader(store.url), backbone="llada", task="sudoku", scale="micro", max_points=25)
+    assert 20 <= len(curves) <= 25 and curves["step"].is_monotonic_increasing
+
+
+def test_open_reader_refuses_bad_input_and_never_writes(tmp_path):
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="no database at"):
+        L.open_reader(str(missing))
+    assert not missing.exists()  # Store() would have created it; the leaderboard must not
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database\n" * 100)
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        L.open_reader(str(junk))
+    foreign = tmp_path / "foreign.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(StoreError, match="not a dare-bench results database"):
+        L.open_reader(str(foreign))
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    Store(url).close()
+    engine = L.open_reader(url)
+    with pytest.raises(Exception, match="readonly|read-only|query_only|attempt to write"):
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM runs")
+
+
+def test_command_rejects_a_bad_database_in_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["leaderboard", "--db", str(tmp_path / "missing.db")])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, StoreError) and "no database at" in str(result.exception)
+    from dare_bench.leaderboard_command import APP, streamlit_command
+
+    argv, env = streamlit_command("sqlite:///x.db", port=8765, host="127.0.0.1")
+    assert APP.is_file() and str(APP) in argv and env["DARE_BENCH_DB"] == "sqlite:///x.db"
+    flags = dict(zip(argv[5::2], argv[6::2]))
+    assert flags["--server.address"] == "127.0.0.1" and flags["--server.headless"] == "true"
+    assert flags["--browser.gatherUsageStats"] == "false" and flags["--server.fileWatcherType"] == "none"
