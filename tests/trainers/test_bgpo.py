@@ -141,6 +141,22 @@ def test_validate_refuses_bad_settings():
         B({"mc_samples": 0}, TRAITS)
 
 
+def test_elbo_normalisations_of_the_dare_actors():
+    batch = _batch()
+    policy = micro_llada(0)
+    st = get_algorithm("bgpo")({"mc_samples": 2}, TRAITS).prepare(batch, policy, None,
+                                                                   generator=torch.Generator().manual_seed(0),
+                                                                   num_iterations=1)
+    n = batch.completion_mask.sum(dim=1).float()
+    with torch.no_grad():
+        e = {norm: get_algorithm("bgpo")({"mc_samples": 2, "elbo_norm": norm}, TRAITS).copy_elbo(policy, batch,
+                                                                                                  st.rows, 1)
+             for norm in ("padded", "valid", "valid_x_padded")}
+    total = e["padded"] * 6
+    torch.testing.assert_close(e["valid"], total / n)
+    torch.testing.assert_close(e["valid_x_padded"], total / (n * 6))
+
+
 def test_masks_shared_across_iterations_and_models():
     batch = _batch()
     algo = get_algorithm("bgpo")({"mc_samples": 4, "kl_beta": 0.1}, TRAITS)

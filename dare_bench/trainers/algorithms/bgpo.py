@@ -20,6 +20,10 @@ Deliberate difference from DARE: ρ = 1 + Δ is computed directly. DARE writes i
 Δ < −1 (and breaks the whole micro-batch's loss and gradient). Where 1 + Δ > 0 the two agree to the last bit or
 two (exp∘log rounding); the fixture test states the tolerance.
 
+Normalisation (`elbo_norm`): DARE's actors differ per backbone — total / R (LLaDA, Dream), total / n_valid
+(LLaDA2), total / (n_valid · R) (SDAR, whose model loss is already per answer token). The default is R; a
+reproduction of a DARE block-diffusion run sets its actor's choice.
+
 Layout: like DARE (which packs valid tokens), completion positions after the first EOS (`completion_mask == 0`) are
 padding: never masked, never attended to, never scored. R stays the padded completion length.
 
@@ -29,6 +33,8 @@ backward per copy). Knobs (`train.algorithm`): mc_samples, n_l, clip_eps, clip_e
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from pydantic import Field
@@ -136,6 +142,9 @@ class BGPOConfig(AlgorithmConfig):
     mc_samples: int = Field(16, ge=1)  # DARE recipes: mc_num = n_l = 16
     n_l: int | None = Field(None, ge=1)  # copies stratified together; None = mc_samples
     clip_ratio_c: float | None = 3.0  # verl dual clip, on in DARE
+    # e_k = ELBO total / this: R (DARE LLaDA / Dream actors), the valid count n (DARE LLaDA2 actor), n·R (DARE
+    # SDAR actor, whose model loss is already divided by the answer length)
+    elbo_norm: Literal["padded", "valid", "valid_x_padded"] = "padded"
 
 
 @register_algorithm
@@ -179,7 +188,12 @@ class BGPO(Algorithm):
         ids, attn, p = elbo_layout(batch)
         draw = rows_to_draw(rows, attn, p, "stratified")
         term = elbo_term(model, ids, draw, copy, attention_mask=attn)
-        return term.total / batch.completion_ids.shape[1]
+        R = batch.completion_ids.shape[1]
+        norm = self.config.elbo_norm
+        if norm == "padded":
+            return term.total / R
+        n_valid = batch.completion_mask.sum(dim=1).clamp_min(1).to(term.total.dtype)
+        return term.total / n_valid if norm == "valid" else term.total / (n_valid * R)
 
     def all_copies(self, model, batch: RolloutBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.stack([self.copy_elbo(model, batch, rows, k) for k in range(rows["mask"].shape[1])], dim=1)
