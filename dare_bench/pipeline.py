@@ -131,7 +131,7 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     return _hash([vocab, specials])
 
 
-def sft_examples(task, tokenizer, items, template: Any = "plain") -> list:
+def sft_examples(task, tokenizer, items, template: Any = "plain", grader: str | None = None) -> list:
     """Prompt (plain for tiny replicas, else the chat template) + gold answer + EOS for every item."""
     from dare_bench.trainers.sft import SFTExample
 
@@ -139,7 +139,9 @@ def sft_examples(task, tokenizer, items, template: Any = "plain") -> list:
     items = list(items)
     # One batched call per side: the fast tokenizer encodes thousands of short texts in milliseconds.
     prompts = tokenizer([task.format_prompt(item, template) for item in items], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([task.format_answer(item) for item in items], add_special_tokens=False)["input_ids"]
+    # The gold completion in the form the run's grader reads (the shortest one that grader accepts).
+    answers = tokenizer([task.format_answer(item, grader=grader) for item in items],
+                        add_special_tokens=False)["input_ids"]
     return [SFTExample(p, a + [eos]) for p, a in zip(prompts, answers)]
 
 
@@ -156,6 +158,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     key = {
         "version": BASE_RECIPE_VERSION, "preset": cfg.profile.model.preset, "task": cfg.task,
         "recipe": base.model_dump(), "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint,
+        "grader": cfg.grader,
     }
     digest = _hash(key)[:16]
     directory = dare_bench_home() / "bases" / f"{cfg.backbone}-{cfg.task}-{cfg.scale}-{digest}"
@@ -168,7 +171,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
         torch.manual_seed(base.seed)
         model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
         model.init_weights()
-    examples = sft_examples(task, tokenizer, train_items)
+    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader)
     # The post-training start is an (under-trained) SFT checkpoint: train exactly to `start_step`.
     sft_cfg = SFTConfig(steps=base.start_step, lr=base.lr, batch_size=base.batch_size,
                         warmup_steps=base.warmup_steps, weight_decay=base.weight_decay,
@@ -295,9 +298,13 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     if train.kind == "rl":
-        from dare_bench.trainers.loop import train_rl
+        from dare_bench.trainers import loop
 
-        out = train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, sink=sink,
+        if not resume:  # a fresh run must never resume later from a previous run's checkpoints
+            import shutil
+
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, sink=sink,
                        checkpoint_dir=run_dir / "checkpoints", resume=resume, seed=seed, progress=progress,
                        items=list(train_data), grader=cfg.grader, prompt_template=template)
         model = out.policy
@@ -307,7 +314,7 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
                 store.log_metrics(run_id, step, metrics)
         result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     elif train.kind == "sft":
-        model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template)
+        model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, cfg.grader)
     elif train.kind == "preference":
         model, final_step = _train_vrpo(model, task, tokenizer, train_data, cfg, seed, sink, progress, template)
     else:  # "none": evaluate the base as it is
@@ -365,7 +372,7 @@ def _metrics_sink(store, run_id: int, result: ReproduceResult):
     return sink
 
 
-def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template):
+def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, cfg.grader):
     from dare_bench.trainers.sft import LoraSettings, SFTConfig, apply_lora, train_sft
 
     if train.lora is not None:
@@ -374,7 +381,7 @@ def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progres
     steps = train.steps or 1
     cfg = SFTConfig(steps=steps, lr=train.lr, batch_size=train.batch_prompts or 32, warmup_steps=train.warmup_steps,
                     weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=seed + 1)
-    train_sft(model, sft_examples(task, tokenizer, train_data, template), cfg, sink=sink, progress=progress)
+    train_sft(model, sft_examples(task, tokenizer, train_data, template, grader), cfg, sink=sink, progress=progress)
     return model, steps
 
 
@@ -413,7 +420,7 @@ def preference_pairs(model, tokenizer, task, items, sampler, grader: str, seed: 
         if eos in completion_ids:
             completion_ids = completion_ids[: completion_ids.index(eos) + 1]
         text = tokenizer.decode([t for t in completion_ids if t != eos], skip_special_tokens=False)
-        gold_text = task.format_answer(item)
+        gold_text = task.format_answer(item, grader=grader)
         if task.grade(text, item, grader).reward < task.grade(gold_text, item, grader).reward:
             gold = tokenizer(gold_text, add_special_tokens=False)["input_ids"] + [eos]
             pairs.append(PreferencePair(prompt, gold, completion_ids if completion_ids[-1:] == [eos]

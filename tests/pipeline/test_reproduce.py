@@ -110,3 +110,42 @@ def test_paper_dry_run_plans_from_the_shipped_config():
     assert abs(plan["parameters"] - 8.02e9) / 8.02e9 < 0.01
     assert plan["command"].startswith("torchrun")
     assert plan["memory_gib"]["weights_bf16"] > 14
+
+
+def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatch):
+    """An RL run interrupted after its first checkpoint resumes from it (--resume) and ends with the same metrics
+    as an uninterrupted run under the same seed. (The loop's own SIGKILL test is tests/trainers.)"""
+    from dare_bench import pipeline
+    from dare_bench.store import Store
+    from dare_bench.trainers import loop
+
+    args = ("d1-llada-sudoku", "micro")
+    kw = dict(db=db, progress=False, log=lambda m: None, overrides=["train.checkpoint_every=1"])
+    full = pipeline.reproduce(*args, **kw)
+
+    real_train = loop.train_rl
+
+    def interrupted(*a, **k):
+        real_train(*a, **{**k, "stop_after": 1})
+        raise KeyboardInterrupt("killed after the first checkpoint")
+
+    monkeypatch.setattr(loop, "train_rl", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.reproduce(*args, force=True, **kw)
+    seen = {}
+
+    def recording(*a, **k):
+        out = real_train(*a, **k)
+        seen["resumed_from"] = out.resumed_from
+        return out
+
+    monkeypatch.setattr(loop, "train_rl", recording)
+    resumed = pipeline.reproduce(*args, force=True, resume=True, **kw)
+    assert seen["resumed_from"] == 1
+
+    assert resumed.status == "finished"
+    assert resumed.metrics["mean_reward"] == full.metrics["mean_reward"]
+    assert resumed.reward_curve == full.reward_curve
+    runs = Store(db).latest_runs(reproduction="d1-llada-sudoku")
+    assert [r["status"] for r in runs[:3]] == ["finished", "failed", "finished"]
+    assert len(Store(db).metrics(resumed.run_id)) == len(full.reward_curve)

@@ -19,7 +19,7 @@ def test_list_json_shape_and_filters():
     for r in rows:
         assert set(r) == {"name", "algorithm", "backbone", "task", "reported"}
         assert r["backbone"] == "llada" and r["task"] == "sudoku"
-        assert bool(r["reported"]) == (r["algorithm"] not in ("espo", "mdpo", "dtreerpo")), r["name"]
+        assert bool(r["reported"]) == (r["algorithm"] not in ("espo", "mdpo", "dtreerpo", "sft", "lora")), r["name"]
         for rep in r["reported"]:
             assert set(rep) >= {"value", "metric", "source", "settings"}
     everything = json.loads(runner.invoke(app, ["list", "--json"]).output)
