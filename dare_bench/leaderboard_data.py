@@ -117,7 +117,10 @@ def overview(engine: Engine) -> dict[str, Any]:
         "runs": int(df["n"].sum()) if len(df) else 0,
         "finished": int(finished["n"].sum()) if len(finished) else 0,
         "by_status": {s: int(n) for s, n in df.groupby("status")["n"].sum().items()} if len(df) else {},
-        "backbones": values("backbone"), "tasks": values("task"), "algorithms": values("algorithm"),
+        # Most-run backbone first: it is the one the page opens on.
+        "backbones": (finished.groupby("backbone")["n"].sum().sort_values(ascending=False, kind="stable")
+                      .index.tolist() if len(finished) else []),
+        "tasks": values("task"), "algorithms": values("algorithm"),
         "scales": values("scale"),
     }
 
