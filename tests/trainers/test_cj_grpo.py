@@ -193,6 +193,30 @@ def test_loss_value_and_gradient_at_theta_old(mode):
         torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-7)
 
 
+def test_collapsed_skips_tokens_no_step_unmasked():
+    """A scored token the sampler never unmasked (the loop turns a leftover mask id into EOS) is not scored."""
+    from dataclasses import replace
+
+    model = micro_llada(0)
+    batch = _rollout(model)
+    P = batch.prompt_ids.shape[1]
+    rows = list(batch.trajectories)
+    un = rows[0].unmasked.clone()
+    un[:, P] = False  # completion column 0 of row 0: never unmasked
+    rows[0] = replace(rows[0], unmasked=un)
+    batch = replace(batch, trajectories=rows)
+    algo = get_algorithm("cj_grpo")({"loss_mode": "collapsed"}, model.traits)
+    st = algo.prepare(batch, model, None, generator=torch.Generator(), num_iterations=1)
+    want = batch.completion_mask.bool().clone()
+    want[0, 0] = False
+    assert torch.equal(st.rows["scored"], want)
+    adv = algo.advantages(batch.rewards, batch.group_size)
+    m = algo.backward(model, batch, st, adv, loss_scale=1.0, iteration=0)
+    w = want.float()
+    assert m["loss"] == pytest.approx((-(adv[:, None] * w).sum() / w.sum()).item(), abs=1e-6)
+    assert m["scored_tokens"] == float(want.sum())
+
+
 def test_missing_or_foreign_trajectories_are_refused():
     model = micro_llada(0)
     batch = _rollout(model)

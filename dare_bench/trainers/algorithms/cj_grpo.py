@@ -17,7 +17,8 @@ Loss (`loss_mode`):
   number of sampler steps, rows of a micro-batch pooled per step as the official batched loss does. Every unmasked
   completion position counts (the official loss does not use the completion mask: EOS padding is trained too).
 - "collapsed" (DARE): per-token ℓ_i = ℓ_i^(step of i) via `collapse_step_logprobs` (each scored token assigned to
-  exactly one step, padding to none — checked), then the token-mean PPO loss over `completion_mask`.
+  exactly one step, padding to none — checked), then the token-mean PPO loss over the scored tokens: those of
+  `completion_mask` that a step unmasked (a position the sampler never unmasked has no trajectory log-prob).
 Both are linear in the steps, so `backward` back-propagates one step at a time (one forward of the micro-batch per
 step, one graph alive). μ = 1 uses ℓ.detach() as ℓ^old; μ > 1 and β > 0 make `prepare` replay every step no-grad.
 
@@ -263,12 +264,14 @@ class CJGRPO(Algorithm):
     def prepare(self, batch: RolloutBatch, policy, reference, *, generator: torch.Generator,
                 num_iterations: int) -> AlgorithmState:
         rows, assign = self.trajectory_rows(batch)
-        if self.config.loss_mode == "collapsed":
-            # DARE's check (its one-hot covers the scored tokens only): each belongs to exactly one step
-            scored = batch.completion_mask.bool()
-            collapse_step_logprobs(torch.zeros(assign.shape, dtype=torch.float32), assign & scored[:, None],
-                                   scored)
         state_rows: dict[str, torch.Tensor] = {"assign": assign}
+        if self.config.loss_mode == "collapsed":
+            # Scored: completion_mask tokens that some step unmasked. A token no step unmasked (a row that ran out
+            # of steps, its leftover mask id turned into EOS by the loop) has no trajectory log-prob to score.
+            scored = batch.completion_mask.bool() & assign.any(dim=1)
+            # DARE's check on its one-hot of the scored tokens: each belongs to exactly one step
+            collapse_step_logprobs(torch.zeros(assign.shape, dtype=torch.float32), assign & scored[:, None], scored)
+            state_rows["scored"] = scored
         need_ref = self.config.kl_beta > 0
         if need_ref and reference is None:
             raise ConfigError("cj_grpo with kl_beta > 0 needs a reference model")
@@ -304,14 +307,14 @@ class CJGRPO(Algorithm):
         rows = [_as_row(t) for t in batch.trajectories]
         assign = state.rows["assign"]
         S = assign.shape[1]
-        cmask = batch.completion_mask
         collapsed = c.loss_mode == "collapsed"
-        denom_all = cmask.sum() + 1e-8  # verl token-mean over the micro-batch's scored tokens
+        scored = state.rows["scored"] if collapsed else None
+        denom_all = scored.sum() + 1e-8 if collapsed else None  # verl token-mean over the scored tokens
         total = 0.0
         sums = {"clip_frac": 0.0, "kl": 0.0, "entropy": 0.0}
         used = 0
         for s in range(S):
-            step_mask = assign[:, s] & cmask.bool() if collapsed else assign[:, s]
+            step_mask = assign[:, s] & scored if collapsed else assign[:, s]
             if not bool(step_mask.any()):
                 continue
             logp, entropy = self.step_logprobs(policy, batch, rows, s, with_entropy=True)
