@@ -232,7 +232,7 @@ def main() -> None:
             st.json(run["packages"], expanded=False)
         with right:
             st.markdown("**Resolved config**")
-            st.json(run["config"], expanded=False)
+            st.json(run["config"], expanded=1)
         evs = detail["evaluations"]
         if not evs:
             st.info("This run has no evaluations.")
