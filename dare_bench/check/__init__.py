@@ -69,9 +69,30 @@ from dare_bench.errors import ConfigError, DareBenchError
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_SEEDS = 3
+DEFAULT_THREADS = 1
 EXIT = {"pass": 0, "fail": 1, "error": 2}
 
 Log = Callable[[str], Any]
+
+
+@contextlib.contextmanager
+def pinned_threads(threads: int | None) -> Iterator[None]:
+    """Run torch with `threads` intra-op threads for the duration (None: leave it as it is).
+
+    Recording and checking with the same thread count keeps the floating-point reduction order independent of the
+    machine's core count; and the tiny models run as fast on one thread, without collapsing when cores are shared.
+    """
+    if threads is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 @contextlib.contextmanager
@@ -125,7 +146,7 @@ def _latest_run(store, name: str, scale: str, config_hash: str) -> tuple[int | N
 
 def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str | None = None, run: bool = False,
               baselines: str | None = None, alpha: float = DEFAULT_ALPHA, reuse_cache: bool = False,
-              log: Log = print) -> dict[str, Any]:
+              threads: int | None = DEFAULT_THREADS, log: Log = print) -> dict[str, Any]:
     """Check `names` (default: every reproduction with a baseline at `scale`); returns the JSON report."""
     from dare_bench.check import baseline as bl
     from dare_bench.check import compare as cmp
@@ -134,16 +155,20 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
 
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
+    started = time.perf_counter()
     directory = bl.baselines_directory(baselines)
     names = _names(list(names or []), directory, scale)
     docs = {}
     for name in names:
-        _, cfg = resolve(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
+        resolve(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
         path = bl.baseline_path(directory, name, scale)
         if not path.exists():
             raise DareBenchError(f"{name}: no baseline at scale {scale!r} ({path}); record one with "
                                  f"`dare-bench check --record {name} --scale {scale}`")
-        docs[name] = (path, bl.load(path), cfg)
+        doc = bl.load(path)
+        # The baseline's own overrides (e.g. a longer micro base) are part of what was recorded and checked.
+        _, cfg = resolve(name, scale, doc.get("overrides", []))
+        docs[name] = (path, doc, cfg)
     m = sum(cmp.plan_checks(doc) for _, doc, _ in docs.values())
     z_crit = stats.bonferroni_z(alpha, m)
     alpha_each = alpha / max(1, m)
@@ -152,7 +177,7 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
     from dare_bench.store import Store
 
     entries = []
-    with fresh_home(run and not reuse_cache):
+    with fresh_home(run and not reuse_cache), pinned_threads(threads if run else None):
         store = Store(url)
         for name, (path, doc, cfg) in docs.items():
             entry = {"name": name, "scale": scale, "baseline": str(path), "status": "error", "run_id": None,
@@ -172,7 +197,8 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
                     from dare_bench.pipeline import reproduce
 
                     log(f"check: running {name} [{scale}] seed {seed}")
-                    result = reproduce(name, scale, seed=seed, db=url, force=True, progress=False, log=log)
+                    result = reproduce(name, scale, seed=seed, db=url, force=True, progress=False, log=log,
+                                       overrides=list(doc.get("overrides", [])))
                 except DareBenchError as exc:
                     entry["message"] = f"could not run: {exc}"
                     continue
@@ -201,11 +227,13 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
     # A found regression is the more specific news: it wins over "could not check" for the exit code.
     overall = "fail" if "fail" in statuses else ("error" if "error" in statuses else "pass")
     return {"status": overall, "exit_code": EXIT[overall], "scale": scale, "alpha": alpha, "tests": m,
-            "z_critical": z_crit, "run": run, "db": url, "reproductions": entries}
+            "z_critical": z_crit, "run": run, "db": url, "wall_seconds": round(time.perf_counter() - started, 2),
+            "reproductions": entries}
 
 
 def record_baselines(names: list[str], *, scale: str = "micro", seeds: int = DEFAULT_SEEDS, db: str | None = None,
-                     baselines: str | None = None, reuse_cache: bool = False, log: Log = print) -> list[Path]:
+                     baselines: str | None = None, reuse_cache: bool = False, overrides: list[str] | None = None,
+                     threads: int | None = DEFAULT_THREADS, log: Log = print) -> list[Path]:
     """Run each reproduction with `seeds` seeds and write its baseline file; returns the written paths."""
     from dare_bench.check import baseline as bl
     from dare_bench.pipeline import resolve
@@ -218,14 +246,14 @@ def record_baselines(names: list[str], *, scale: str = "micro", seeds: int = DEF
     directory = bl.baselines_directory(baselines)
     plans = []
     for name in dict.fromkeys(names):
-        _, cfg = resolve(name, scale)
+        _, cfg = resolve(name, scale, list(overrides or []))
         first = list(cfg.profile.seeds)
         plans.append((name, (first + [s for s in range(max(first) + 1, max(first) + 1 + seeds)])[:seeds]))
     url = _resolve_db(db)
     written = []
-    with fresh_home(not reuse_cache):
+    with fresh_home(not reuse_cache), pinned_threads(threads):
         for name, seed_list in plans:
-            doc = bl.record(name, scale, seed_list, db=url, log=log)
+            doc = bl.record(name, scale, seed_list, db=url, log=log, overrides=list(overrides or []))
             path = bl.baseline_path(directory, name, scale)
             bl.write(path, doc)
             log(f"recorded {path} (seeds {seed_list}); review it with `git diff {path}` before committing")
@@ -259,7 +287,8 @@ def table_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{e['status'].upper():5} {e['name']} [{e['scale']}] ({where}{took})"
                      + (f": {e['message']}" if e["message"] else ""))
     lines.append(f"{report['status'].upper()}: {len(report['reproductions'])} reproduction(s), {report['tests']} "
-                 f"tests, family-wise alpha {report['alpha']:g} (|z| <= {report['z_critical']:.2f})")
+                 f"tests, family-wise alpha {report['alpha']:g} (|z| <= {report['z_critical']:.2f}), "
+                 f"{report['wall_seconds']:.0f}s")
     return lines
 
 
@@ -303,10 +332,14 @@ def register(app: typer.Typer) -> None:
         record: bool = typer.Option(False, "--record", help="Record the named reproductions' baselines instead of "
                                                             "checking (runs each with --seeds seeds)."),
         seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Seeds per baseline when recording."),
+        override: Optional[List[str]] = typer.Option(None, "--override", "-o", help="key=value override pinned "
+                                                     "into the recorded baseline (repeatable; --record only)."),
         alpha: float = typer.Option(DEFAULT_ALPHA, "--alpha", help="Family-wise false-alarm rate of the checks."),
         baselines: Optional[str] = typer.Option(None, "--baselines", help="Baseline directory (default: "
                                                                           "$DARE_BENCH_BASELINES or "
                                                                           "reproductions/baselines)."),
+        threads: int = typer.Option(DEFAULT_THREADS, "--threads", help="torch threads for --run / --record "
+                                                                      "(recorded with the baseline's hardware)."),
         reuse_cache: bool = typer.Option(False, "--reuse-cache", help="Reuse cached SFT bases and base evaluations "
                                                                       "(faster; blind to changes below them)."),
     ) -> None:
@@ -315,11 +348,14 @@ def register(app: typer.Typer) -> None:
         try:
             if record:
                 for path in record_baselines(list(names or []), scale=scale, seeds=seeds, db=db,
-                                             baselines=baselines, reuse_cache=reuse_cache, log=log):
+                                             baselines=baselines, reuse_cache=reuse_cache,
+                                             overrides=list(override or []), threads=threads, log=log):
                     typer.echo(str(path))
                 return
+            if override:
+                raise ConfigError("--override is for --record (a check uses the overrides its baseline pins)")
             report = run_check(list(names or []), scale=scale, db=db, run=run, baselines=baselines, alpha=alpha,
-                               reuse_cache=reuse_cache, log=log)
+                               reuse_cache=reuse_cache, threads=threads, log=log)
             if junit is not None:
                 from dare_bench.fileio import atomic_write_text
 

@@ -111,18 +111,20 @@ def observe(store, run_id: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- recording
 
-def record(name: str, scale: str, seeds: list[int], *, db: str | None, log: Callable[[str], Any]) -> dict[str, Any]:
+def record(name: str, scale: str, seeds: list[int], *, db: str | None, log: Callable[[str], Any],
+           overrides: list[str] | None = None) -> dict[str, Any]:
     """Run `name` once per seed (always afresh) and return the baseline document (not yet written)."""
     from dare_bench.pipeline import reproduce, resolve
     from dare_bench.store import Store
 
-    _, cfg = resolve(name, scale)
+    _, cfg = resolve(name, scale, list(overrides or []))
     store = Store(db)
     runs = []
     last_run = None
     for seed in seeds:
         log(f"record: {name} [{scale}] seed {seed}")
-        result = reproduce(name, scale, seed=seed, db=store.url, force=True, progress=False, log=log)
+        result = reproduce(name, scale, seed=seed, db=store.url, force=True, progress=False, log=log,
+                           overrides=list(overrides or []))
         last_run = result.run_id
         obs = observe(store, result.run_id)
         obs["wall_seconds"] = round(result.wall_seconds, 2)
@@ -140,6 +142,7 @@ def document(cfg, observations: list[dict[str, Any]], run: dict[str, Any]) -> di
         "version": VERSION,
         "reproduction": cfg.reproduction,
         "scale": cfg.scale,
+        "overrides": list(cfg.overrides),
         "config_hash": cfg.content_hash,
         "primary_metric": cfg.profile.eval.metric,
         "recorded_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
