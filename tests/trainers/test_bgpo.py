@@ -83,7 +83,8 @@ def test_official_fixture_every_case():
         clipped = torch.maximum(-A * ratio, -A * ratio.clamp(0.8, 1.2))
         per_tok = torch.where(A < 0, torch.minimum(-A * 3.0, clipped), clipped)
         # verl's +1e-8 is added to the int64 count (a float32 result: lost for counts > 1), as in masked_mean
-        torch.testing.assert_close(res.loss, (per_tok * m).sum() / (x["response_mask"].sum() + 1e-8), rtol=1e-14, atol=0)
+        want = (per_tok * m).sum() / (x["response_mask"].sum() + 1e-8)
+        torch.testing.assert_close(res.loss, want, rtol=1e-14, atol=0)
         assert torch.equal(res.per_token[0], per_tok[0]) and torch.equal(res.per_token[2], per_tok[2])
 
 

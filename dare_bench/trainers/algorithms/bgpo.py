@@ -67,6 +67,21 @@ def elbo_layout(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
     return ids, attn, int(batch.prompt_ids.shape[1])
 
 
+class _WithTraits:
+    """A callable model that lacks `traits` (the loop's LoRA reference, `AdapterDisabled`) seen with the policy's
+    traits, which the likelihood estimators read."""
+
+    def __init__(self, model, traits):
+        self.model, self.traits = model, traits
+
+    def __call__(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+
+def with_traits(model, traits):
+    return model if hasattr(model, "traits") else _WithTraits(model, traits)
+
+
 def draw_to_rows(draw, prefix: str = "") -> dict[str, torch.Tensor]:
     """The row-aligned tensors of a `MaskDraw` (so `AlgorithmState.select` slices them per micro-batch)."""
     rows = {f"{prefix}mask": draw.mask, f"{prefix}p_mask": draw.p_mask}
@@ -209,7 +224,8 @@ class BGPO(Algorithm):
         if self.config.kl_beta > 0:
             if reference is None:
                 raise ConfigError("bgpo with kl_beta > 0 needs a reference model")
-            rows["ref_elbo"] = chunked_no_grad(lambda b, r: self.all_copies(reference, b, r), batch, dict(rows),
+            ref = with_traits(reference, self.traits)
+            rows["ref_elbo"] = chunked_no_grad(lambda b, r: self.all_copies(ref, b, r), batch, dict(rows),
                                                self.forward_batch_size)
         return AlgorithmState(rows=rows)
 

@@ -36,7 +36,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.bgpo import elbo_layout
+from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
     agg_loss,
     check_agg_mode,
@@ -126,6 +126,7 @@ class CoupledGRPO(Algorithm):
         for key, model, needed in (("old_logp", policy, num_iterations > 1), ("ref_logp", reference, need_ref)):
             if not needed:
                 continue
+            model = with_traits(model, self.traits)
             per_it = []
             for k in range(num_iterations):
                 parts = [self.completion_logprobs(model, batch.select(slice(a, a + chunk)),

@@ -40,7 +40,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw
+from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw, with_traits
 from dare_bench.trainers.algorithms.common import group_advantages
 
 EBPO_KL = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
@@ -176,7 +176,8 @@ class EBPO(Algorithm):
         if self.config.kl_beta > 0:
             if reference is None:
                 raise ConfigError("ebpo with kl_beta > 0 needs a reference model")
-            rows["ref_composite"] = chunked_no_grad(lambda b, r: self.composite(reference, b, r), batch, dict(rows),
+            ref = with_traits(reference, self.traits)
+            rows["ref_composite"] = chunked_no_grad(lambda b, r: self.composite(ref, b, r), batch, dict(rows),
                                                     self.forward_batch_size)
         return AlgorithmState(rows=rows)
 
