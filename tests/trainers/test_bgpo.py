@@ -179,6 +179,24 @@ def test_masks_shared_across_iterations_and_models():
     assert set(st1.rows) == {"mask", "p_mask"}
 
 
+def test_reference_without_traits_lora_style():
+    """The loop's LoRA reference (`AdapterDisabled`) is a bare callable: the estimators get the policy's traits."""
+
+    class Bare:
+        def __init__(self, model):
+            self.model = model
+
+        def __call__(self, *args, **kwargs):
+            return self.model(*args, **kwargs)
+
+    batch = _batch()
+    ref = micro_llada(1)
+    algo = get_algorithm("bgpo")({"mc_samples": 2, "kl_beta": 0.1}, TRAITS)
+    st = algo.prepare(batch, micro_llada(0), Bare(ref), generator=torch.Generator().manual_seed(0), num_iterations=1)
+    with torch.no_grad():
+        torch.testing.assert_close(st.rows["ref_elbo"], algo.all_copies(ref, batch, st.rows))
+
+
 def test_theta_old_value_and_gradient_equal_elbo_ratio_objective():
     """At θ = θ_old: BGPO loss = −token-mean(A) and ∇ = ∇ of token-mean(−A·exp(B − B_old)), B = mean_k e_k."""
     batch = _batch()
