@@ -23,6 +23,7 @@ untouched) from (seed, batch number), and batches are formed the same way for th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -312,6 +313,36 @@ def decode_completion(tokenizer, tokens: Sequence[int], stop_ids: Iterable[int],
     return tokenizer.decode(kept, skip_special_tokens=True)
 
 
+class ForwardBudgetExceeded(RuntimeError):
+    pass
+
+
+def forward_budget(settings: dict[str, Any], block_size: int | None = None) -> int:
+    """Model calls one generate() may make before it is declared stuck: four times an upper bound on what any
+    sampler needs for these settings (every step commits at least one token, plus one committing pass per block)."""
+    gen = int(settings.get("gen_length") or settings.get("max_new_tokens") or 128)
+    steps = int(settings.get("steps") or settings.get("denoising_steps") or gen)
+    block = int(settings.get("block_length") or block_size or gen)
+    return 4 * (gen + steps * max(1, -(-gen // block))) + 64
+
+
+@contextlib.contextmanager
+def _forward_budget(model, budget: int):
+    count = [0]
+
+    def hook(module, args):
+        count[0] += 1
+        if count[0] > budget:
+            raise ForwardBudgetExceeded(f"generation did not finish within {budget} model calls")
+
+    handle = model.register_forward_pre_hook(hook) if hasattr(model, "register_forward_pre_hook") else None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
 def generate_completions(model, tokenizer, prompts: Sequence[str], settings: dict[str, Any], *, batch_size: int,
                          seed: int = 0, progress: bool = True, on_batch: Callable[[dict], Any] | None = None,
                          generate_fn: Callable | None = None) -> tuple[list[str], dict[str, Any]]:
@@ -331,6 +362,8 @@ def generate_completions(model, tokenizer, prompts: Sequence[str], settings: dic
     drop_ids = (int(traits.mask_token_id), pad_id)
     device = next(model.parameters()).device
     completions: list[str | None] = [None] * len(prompts)
+    errors: dict[int, str] = {}
+    budget = forward_budget(settings, getattr(traits, "block_size", None))
     totals = {"forwards": 0, "row_forwards": 0, "row_tokens": 0, "generation_seconds": 0.0}
     resolved: dict[str, Any] = {}
     bar = None
@@ -348,10 +381,23 @@ def generate_completions(model, tokenizer, prompts: Sequence[str], settings: dic
                 mask[row, width - len(encoded[i]):] = 1
             attention = mask if bool((mask == 0).any()) else None
             devices = [device] if device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(seed * 1_000_003 + b)
-                out = generate_fn(model, ids.to(device), None if attention is None else attention.to(device),
-                                  **settings)
+            try:
+                with torch.random.fork_rng(devices=devices), _forward_budget(model, budget):
+                    torch.manual_seed(seed * 1_000_003 + b)
+                    out = generate_fn(model, ids.to(device), None if attention is None else attention.to(device),
+                                      **settings)
+            except ForwardBudgetExceeded as exc:
+                # a decode that never finishes (e.g. a model that keeps committing the mask token) fails its
+                # items, not the evaluation
+                log.warning("batch %d: %s; its %d item(s) are scored wrong", b, exc, len(idx))
+                for i in idx:
+                    completions[i] = ""
+                    errors[i] = str(exc)
+                totals["forwards"] += budget
+                totals["row_forwards"] += budget * len(idx)
+                if bar is not None:
+                    bar.update(len(idx))
+                continue
             gen = out.sequences[:, out.prompt_length:].tolist()
             for row, i in enumerate(idx):
                 completions[i] = decode_completion(tokenizer, gen[row], stop_ids, drop_ids)
@@ -377,6 +423,7 @@ def generate_completions(model, tokenizer, prompts: Sequence[str], settings: dic
         "generation_seconds": totals["generation_seconds"],
         "sampler": resolved,
         "sampler_kind": kind,
+        "errors": errors,
     }
     return [c or "" for c in completions], stats
 
@@ -421,10 +468,13 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
 
         bar = tqdm(total=len(items), desc="grade", unit="item", leave=False)
     try:
-        for item, prompt, completion in zip(items, prompts, completions):
+        for pos, (item, prompt, completion) in enumerate(zip(items, prompts, completions)):
             rec = {"index": item.index, "prompt": prompt, "completion": completion,
                    "reference": getattr(item, "ground_truth", None)}
             rec.update(grade_one(task, item, completion, grader))
+            if pos in gen_stats["errors"]:
+                rec.update(correct=False, reward=0.0, score=0.0, extracted=None)
+                rec["details"] = {**rec["details"], "generation_error": gen_stats["errors"][pos]}
             records.append(rec)
             if bar is not None:
                 bar.update(1)
@@ -432,6 +482,7 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
         if bar is not None:
             bar.close()
     metrics = aggregate(records, task)
+    metrics["generation_errors"] = float(len(gen_stats["errors"]))
     metrics.update({
         "tokens_per_forward": gen_stats["tokens_per_forward"],
         "forwards": gen_stats["forwards"],

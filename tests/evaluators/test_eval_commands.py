@@ -114,3 +114,20 @@ def test_eval_bad_input_is_one_clear_error():
     assert res.exit_code == 2 and "unknown engine" in res.stderr
     res = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--preset", "nope", "--limit", "1"])
     assert res.exit_code == 2 and "unknown sampler preset" in res.stderr
+
+
+def test_eval_a_saved_checkpoint_directory(tmp_path):
+    """The path a trained tiny model takes: checkpoint dir with its tokenizer -> default `tiny` preset."""
+    from dare_bench.evaluators.evaluator import load_model
+    from dare_bench.tasks import get_task
+
+    loaded = load_model("tiny-llada", get_task("sudoku"), seed=1)
+    ckpt = tmp_path / "ckpt"
+    loaded.model.save_pretrained(ckpt, tokenizer=loaded.tokenizer)
+    out_file = tmp_path / "result.json"
+    res = runner.invoke(app, ["eval", "--model", str(ckpt), "--task", "sudoku", "--limit", "2", "--json",
+                              "--output", str(out_file)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["preset"] == "tiny" and out["model"] == str(ckpt) and [i["index"] for i in out["items"]] == [0, 1]
+    assert json.loads(out_file.read_text())["items"] == out["items"]

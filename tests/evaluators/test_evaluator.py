@@ -247,3 +247,37 @@ def test_chat_template_path_with_the_real_dream_tokenizer(monkeypatch):
     assert all(r["prompt"].rstrip().endswith("<|im_start|>assistant") for r in res.records)
     assert [r["correct"] for r in res.records] == [True, False, True]
     assert all("#### 0" not in r["completion"] for r in res.records)  # cut at <|im_end|>
+
+
+def test_a_decode_that_never_finishes_fails_its_items_only(tok):
+    """E.g. a block sampler whose model keeps committing the mask token: bounded by a forward budget."""
+    from dare_bench.models.base import ModelTraits
+
+    class Stuck(torch.nn.Module):
+        traits = ModelTraits(family="stub", mask_token_id=2, eos_token_id=1, pad_token_id=0, logit_shift=0,
+                             attention="bidirectional")
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids, attention_mask=None):
+            return torch.zeros(ids.shape[0], ids.shape[1], len(tok))
+
+    task = EchoTask(n=3)
+    answers = {task.format_prompt(i): i.ground_truth for i in task.rows}
+    gold = _gold_generate(tok, answers)
+
+    def sometimes_stuck(model, prompt_ids, attention_mask=None, **settings):
+        if prompt_ids.shape[0] == 1:  # 3 items in batches of 2: the single-item batch never finishes
+            while True:
+                model(prompt_ids)
+        return gold(model, prompt_ids, attention_mask, **settings)
+
+    res = ev.evaluate(Stuck(), task, tokenizer=tok, preset="micro", batch_size=2, progress=False,
+                      generate_fn=sometimes_stuck)
+    budget = ev.forward_budget(get_preset("micro").settings_for("llada"))
+    assert budget == 4 * (16 + 8 * 2) + 64
+    stuck = [r for r in res.records if "generation_error" in r["details"]]
+    assert len(stuck) == 1 and stuck[0]["correct"] is False and str(budget) in stuck[0]["details"]["generation_error"]
+    assert sum(r["correct"] for r in res.records) == 2 and res.metrics["generation_errors"] == 1.0
