@@ -410,7 +410,8 @@ def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
     df = _df(engine, "SELECT * FROM runs WHERE id = :r", r=run_id)
     if df.empty:
         return None
-    run = df.iloc[0].to_dict()
+    run = {k: (v.item() if hasattr(v, "item") else v) for k, v in df.iloc[0].to_dict().items()}  # numpy -> JSON
+    run["modified"] = bool(run["modified"])  # SQLite hands booleans back as 0/1
     for key in ("config_json", "overrides_json", "packages_json", "hardware_json"):
         run[key.removesuffix("_json")] = json.loads(run.pop(key) or "null")
     evs = _df(engine, "SELECT id, task, split, data_fingerprint, sampler_preset, sampler_json, metrics_json, "

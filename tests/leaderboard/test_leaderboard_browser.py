@@ -112,6 +112,6 @@ def test_real_server_in_headless_chromium_shows_the_winner(server):
 
 def _shot(page, name: str) -> Path:
     path = ARTIFACTS / name
-    page.wait_for_timeout(1500)  # let charts and the data grid finish drawing
+    page.wait_for_timeout(700)  # let charts and the data grid finish drawing
     page.screenshot(path=str(path), full_page=True)
     return path

@@ -110,7 +110,7 @@ def test_curves_stage_times_and_drilldown(winners_db):
     runs = L.runs_page(engine, backbone="llada", task="sudoku", scale="micro", algorithms=["d1"])
     assert list(runs["final_score"]) == pytest.approx([0.5, 0.4])
     detail = L.run_detail(engine, int(runs["run_id"].iloc[-1]))
-    assert detail["run"]["code_version"] == "test-version" and detail["run"]["config"]["algorithm"] == "d1"
+    assert detail["run"]["modified"] is False and detail["run"]["code_version"] == "test-version" and detail["run"]["config"]["algorithm"] == "d1"
     final = [e for e in detail["evaluations"] if e["checkpoint"] == "final"][0]
     assert final["sampler_preset"] == "tiny-sudoku" and final["data_fingerprint"] == "fp-sudoku"
     page0, total = L.samples_page(engine, final["id"], page=0)
