@@ -19,7 +19,9 @@ from dare_bench.fileio import atomic_write_json
 
 FORMAT = "dare-bench-baseline"
 VERSION = 1
-CURVES = ("reward_mean", "reward_std", "loss")
+# Step curves kept from the store: columns, then `extra` keys (grad_norm: an RL loss whose value is 0 by
+# construction, e.g. GRPO at mu = 1, still shows a changed gradient here).
+CURVES = ("reward_mean", "reward_std", "loss", "grad_norm")
 ITEM_FIELDS = {"accuracy": "correct", "score": "score", "mean_reward": "reward"}
 
 
@@ -96,7 +98,7 @@ def observe(store, run_id: int) -> dict[str, Any]:
     curves: dict[str, list[float]] = {}
     rows = store.metrics(run_id)
     for name in CURVES:
-        values = [r[name] for r in rows]
+        values = [r[name] if name in r else (r.get("extra") or {}).get(name) for r in rows]
         if values and all(v is not None for v in values):
             curves[name] = [float(v) for v in values]
     train = (run.get("config") or {}).get("profile", {}).get("train", {})

@@ -14,7 +14,7 @@ from dare_bench.check.baseline import ITEM_FIELDS
 
 EVALUATIONS = ("final", "base")
 METRICS = ("accuracy", "score", "mean_reward")
-CURVE_NAMES = ("reward_mean", "loss")
+CURVE_NAMES = ("reward_mean", "loss", "grad_norm")
 
 
 def _scalar_names(baseline: dict[str, Any]) -> list[tuple[str, str]]:

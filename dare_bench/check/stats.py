@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from statistics import NormalDist, fmean
 from typing import Sequence
 
-# Below this relative size a curve difference is floating-point noise (different BLAS / ISA kernels reorder sums;
-# fp32 has ~7 significant digits and a loss is a reduction over thousands of terms, so ~1e-4 relative).
+# Below this size a difference is floating-point noise (other BLAS / ISA kernels reorder sums; fp32 keeps ~7
+# digits and a loss is a reduction over thousands of O(1) terms, so ~1e-4 relative, and ~1e-6 absolute for a value
+# that is 0 by construction, e.g. a GRPO loss at mu = 1, logged as +-5e-9).
 NUMERIC_REL_FLOOR = 1e-4
-NUMERIC_ABS_FLOOR = 1e-7
+NUMERIC_ABS_FLOOR = 1e-6
+
+
+def numeric_floor_var(value: float) -> float:
+    """The variance floating-point noise alone can give a value of this size."""
+    return NUMERIC_ABS_FLOOR ** 2 + (NUMERIC_REL_FLOOR * abs(value)) ** 2
 
 
 def bonferroni_z(alpha: float, m: int) -> float:
@@ -82,8 +88,7 @@ def scalar_test(seed_values: Sequence[float], seed_items: Sequence[Sequence[floa
     if seed_items:
         per_seed = [item_variance(items) / len(items) for items in seed_items if items]
         item_v = fmean(per_seed) if per_seed else 0.0
-    if item_v == 0.0 and seed_v == 0.0:
-        item_v = NUMERIC_ABS_FLOOR ** 2 + (NUMERIC_REL_FLOOR * abs(base)) ** 2
+    item_v = max(item_v, numeric_floor_var(base))
     sigma = math.sqrt(max(seed_v, item_v) * (1.0 + 1.0 / k))
     tol = z_crit * sigma
     zval = (current - base) / sigma
@@ -136,9 +141,7 @@ def curve_test(seed_curves: Sequence[Sequence[float]], current: Sequence[float],
         v = sample_var([c[t] for c in seed_curves])
         if step_floor_var is not None:
             v = max(v, step_floor_var[t])
-        if v == 0.0:
-            v = NUMERIC_ABS_FLOOR ** 2 + (NUMERIC_REL_FLOOR * abs(means[t])) ** 2
-        var_t.append(v)
+        var_t.append(max(v, numeric_floor_var(means[t])))
     residuals = [c - m for c, m in zip(current, means)]
     mean_res = fmean(residuals)
     sigma = math.sqrt(sum(var_t) * (1.0 + 1.0 / k)) / t_len
