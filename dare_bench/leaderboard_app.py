@@ -23,6 +23,7 @@ import streamlit as st
 from dare_bench import leaderboard_data as data
 from dare_bench.errors import DareBenchError
 
+MAX_RUNS_OVERLAID = 12  # beyond this an overlay is unreadable; the mean per algorithm is the view for many runs
 TTL_S = 30  # new runs show up within this long, without hammering the database on every widget change
 CURVE_LABELS = {"reward_mean": "reward", "loss": "loss", "kl": "KL", "tokens_per_forward": "tokens per forward",
                 "entropy": "entropy", "reward_std": "reward std", "peak_memory_mb": "peak memory (MB)"}
@@ -58,6 +59,11 @@ def _reported(url: str, backbone: str) -> tuple[pd.DataFrame, str]:
 def _curves(url: str, backbone: str, task: str, scale: str, algorithms: tuple, modified: bool) -> pd.DataFrame:
     return data.curves(_engine(url), backbone=backbone, task=task, scale=scale, algorithms=list(algorithms),
                        include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _run_curve(url: str, run_id: int) -> pd.DataFrame:
+    return data.run_curve(_engine(url), run_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -180,19 +186,30 @@ def main() -> None:
         st.subheader(f"Training curves — {backbone}, {scale} scale")
         curve_tasks = tasks or sorted(cells["task"].unique().tolist()) or ov["tasks"]
         task = st.selectbox("Task", curve_tasks, key="curve_task")
-        curves = _curves(url, backbone, task, scale, tuple(algorithms), modified)
-        if curves.empty:
+        mode = st.radio("Overlay", ["mean per algorithm", "selected runs"], horizontal=True, key="curve_mode")
+        if mode == "mean per algorithm":
+            curves = _curves(url, backbone, task, scale, tuple(algorithms), modified)
+            series, note = "algorithm", "Mean over the runs of each algorithm"
+        else:
+            pool = _runs(url, backbone, task, scale, tuple(algorithms), modified)
+            names = {int(r.run_id): f"#{r.run_id} {r.algorithm} seed {r.seed}" for r in pool.itertuples()}
+            newest = list(pool.drop_duplicates("algorithm")["run_id"].astype(int))  # newest run per algorithm
+            picked = st.multiselect("Runs", list(names), default=newest[:MAX_RUNS_OVERLAID], format_func=names.get,
+                                    key="curve_runs", max_selections=MAX_RUNS_OVERLAID)
+            frames = [_run_curve(url, rid).assign(run=names[rid]) for rid in picked]
+            curves = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run"])
+            series, note = "run", "Each selected run"
+        if curves.empty or not any(c in curves and curves[c].notna().any() for c in data.CURVE_COLUMNS):
             st.info(f"No step metrics for {backbone} × {task} at {scale} scale (baseline runs do not train).")
         else:
-            st.caption("Mean over the runs of each algorithm, downsampled in the database to at most "
-                       f"{data.MAX_CURVE_POINTS} points per curve.")
+            st.caption(f"{note}, downsampled in the database to at most {data.MAX_CURVE_POINTS} points per curve.")
             shown = [c for c in ("reward_mean", "loss", "kl", "tokens_per_forward") if curves[c].notna().any()]
             cols = st.columns(2)
             for i, metric in enumerate(shown):
                 chart = (alt.Chart(curves.dropna(subset=[metric]))
                          .mark_line(point=len(curves) < 60)
                          .encode(x=alt.X("step:Q", title="step"), y=alt.Y(f"{metric}:Q", title=CURVE_LABELS[metric]),
-                                 color=alt.Color("algorithm:N"), tooltip=["algorithm", "step", metric, "runs"])
+                                 color=alt.Color(f"{series}:N"), tooltip=[series, "step", metric])
                          .properties(title=CURVE_LABELS[metric], height=240))
                 cols[i % 2].altair_chart(chart, width="stretch")
         stages = _stages(url, backbone, task, scale, tuple(algorithms), modified)

@@ -58,6 +58,12 @@ def test_curves_and_drilldown(monkeypatch, winners_db):
     at.selectbox(key="scale").select("micro").run()
     curves = _tab(at, "Curves")
     assert len(curves.get("vega_lite_chart")) == 5  # reward, loss, KL, tokens per forward + stage times
+    at.radio(key="curve_mode").set_value("selected runs").run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="curve_runs").value == [5, 3, 1]  # the newest run of d1, sft and baseline
+    assert len(_tab(at, "Curves").get("vega_lite_chart")) == 5
+    at.multiselect(key="curve_runs").set_value([1]).run()  # a baseline run alone has no training curve
+    assert "No step metrics" in _tab(at, "Curves").info[0].value
     run = _tab(at, "Run drill-down")
     runs = run.dataframe[0].value
     assert set(runs["algorithm"]) == {"baseline", "sft", "d1"}
