@@ -67,22 +67,23 @@ def peaked_init(model, seed: int = 0, head_scale: float = 10.0) -> None:
     g = torch.Generator().manual_seed(seed)
     head = None
     if hasattr(model, "lm_head"):
-        head = model.lm_head
+        head = model.lm_head.weight
     else:
         tr = getattr(getattr(model, "model", None), "transformer", None)
         if tr is not None and "ff_out" in tr:
-            head = tr["ff_out"]
+            head = tr["ff_out"].weight
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    # every parameter, not only nn.Linear ones: custom modules (e.g. an MoE router) may start as torch.empty
     with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.Embedding):
-                module.weight.copy_(torch.randn(module.weight.shape, generator=g))
-            elif isinstance(module, nn.Linear):
-                scale = (head_scale if module is head else 1.0) / math.sqrt(module.in_features)
-                module.weight.copy_(torch.randn(module.weight.shape, generator=g) * scale)
-                if module.bias is not None:
-                    module.bias.zero_()
         for name, p in model.named_parameters():
-            if p.dim() == 1 and "norm" in name:
+            if id(p) in embeddings:
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif p.dim() >= 2:
+                scale = (head_scale if p is head else 1.0) / math.sqrt(p.shape[-1])
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
                 p.fill_(1.0)
 
 
