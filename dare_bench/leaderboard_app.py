@@ -45,6 +45,11 @@ def _scales(url: str, backbone: str) -> list[str]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def _facets(url: str, backbone: str, scale: str) -> dict:
+    return data.facets(_engine(url), backbone, scale)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def _winners(url: str, backbone: str, scale: str, tasks: tuple, algorithms: tuple, modified: bool) -> pd.DataFrame:
     return data.winners(_engine(url), backbone=backbone, scale=scale, tasks=list(tasks), algorithms=list(algorithms),
                         include_modified=modified)
@@ -121,8 +126,14 @@ def main() -> None:
         scales = _scales(url, backbone)
         scale = st.selectbox("Scale", scales, key="scale",
                              help="Scales are never mixed: paper, tiny and micro numbers are not comparable.")
-        tasks = st.multiselect("Tasks", ov["tasks"], key="tasks", placeholder="all tasks")
-        algorithms = st.multiselect("Algorithms", ov["algorithms"], key="algorithms", placeholder="all algorithms")
+        choices = _facets(url, backbone, scale)
+        # A choice made for another backbone or scale is dropped, not turned into an error or an empty page.
+        for key, options in (("tasks", choices["tasks"]), ("algorithms", choices["algorithms"])):
+            if key in st.session_state:
+                st.session_state[key] = [v for v in st.session_state[key] if v in options]
+        tasks = st.multiselect("Tasks", choices["tasks"], key="tasks", placeholder="all tasks")
+        algorithms = st.multiselect("Algorithms", choices["algorithms"], key="algorithms",
+                                    placeholder="all algorithms")
         modified = st.checkbox("Include modified runs (key=value overrides)", value=False, key="modified")
 
     cells = _winners(url, backbone, scale, tuple(tasks), tuple(algorithms), modified)
@@ -132,7 +143,8 @@ def main() -> None:
         st.subheader(f"Winners — {backbone}, {scale} scale")
         if cells.empty:
             st.info(f"No finished {scale}-scale runs of {backbone} match these filters"
-                    + ("" if modified else " (modified runs are hidden: tick the box in the sidebar)") + ".")
+                    + ("" if modified else " (runs with key=value overrides are hidden unless ticked in the sidebar)")
+                    + ".")
         else:
             winners = data.task_winners(cells)
             best = cells[cells["best"]].drop_duplicates("task").set_index("task")["mean"]

@@ -131,6 +131,13 @@ def scales_for(engine: Engine, backbone: str) -> list[str]:
     return sorted(df["scale"].tolist(), key=lambda s: (order.get(s, 9), s))
 
 
+def facets(engine: Engine, backbone: str, scale: str) -> dict[str, list[str]]:
+    """Tasks and algorithms with finished runs of this backbone at this scale: the filter choices."""
+    df = _df(engine, "SELECT DISTINCT task, algorithm FROM runs WHERE status = 'finished' AND backbone = :b "
+                     "AND scale = :s", b=backbone, s=scale)
+    return {"tasks": sorted(df["task"].unique().tolist()), "algorithms": sorted(df["algorithm"].unique().tolist())}
+
+
 # ---------------------------------------------------------------------------------------------- winners
 
 # The latest "final" evaluation per (run, task): a run re-evaluated later counts once, with its newest score.

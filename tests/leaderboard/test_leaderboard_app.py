@@ -93,3 +93,12 @@ def test_bad_database_is_one_clear_error(monkeypatch, tmp_path):
     at = _app(monkeypatch, str(junk))
     assert len(at.error) == 1 and "not an SQLite database" in at.error[0].value
     assert not at.tabs
+
+
+def test_switching_backbone_keeps_filters_valid(monkeypatch, winners_db):
+    at = _app(monkeypatch, winners_db)
+    at.multiselect(key="tasks").set_value(["sudoku"]).run()
+    at.selectbox(key="backbone").select("dream").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="scale").options == ["micro"] and at.multiselect(key="tasks").value == []
+    assert "**gsm8k**: d1 (0.700)" in _tab(at, "Winners").markdown[0].value
