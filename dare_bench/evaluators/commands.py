@@ -3,6 +3,7 @@
     dare-bench eval --model tiny-llada --task sudoku --limit 8                  # CPU, tiny replica, `tiny` preset
     dare-bench eval --model /ckpt/LLaDA-8B-Instruct --task gsm8k --preset d1-llada --device cuda --json
     dare-bench eval --model tiny-llada --task sudoku --limit 4 --engine opencompass   # needs the opencompass extra
+    dare-bench eval --model tiny-llada --task sudoku --limit 4 --preset tiny --set gen_length=64 --set steps=64
     dare-bench score --task gsm8k --predictions preds.jsonl [--data test.parquet] [--grader strict] --json
 
 `score` reads one JSON object per line, `{"index": <item index in the data>, "completion": "..."}`, and prints
@@ -45,6 +46,22 @@ def _print_items(items, metrics, title: str) -> None:
     console.print(" ".join(f"{k}={v}" for k, v in shown.items()))
 
 
+def _parse_overrides(pairs: list[str]) -> dict:
+    """key=value pairs; values parse as JSON when they can (64, 0.9, true, null), else stay strings."""
+    from dare_bench.errors import ConfigError
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
@@ -63,6 +80,7 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("float32", "--dtype"),
         output: Optional[Path] = typer.Option(None, "--output", help="Also write the full result (with completions) to this JSON file."),
         work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="OpenCompass work directory (engine opencompass)."),
+        overrides: list[str] = typer.Option([], "--set", help="Override a sampler setting of the preset: key=value (repeatable), e.g. --set gen_length=64."),
     ) -> None:
         """Evaluate a backbone on a task with a pinned sampler preset; print metrics (and items with --json)."""
         try:
@@ -71,6 +89,11 @@ def register(app: typer.Typer) -> None:
 
                 raise ConfigError(f"unknown engine {engine!r}; use native or opencompass")
             progress = sys.stderr.isatty()
+            settings = _parse_overrides(overrides)
+            if settings and engine == "opencompass":
+                from dare_bench.errors import ConfigError
+
+                raise ConfigError("--set works with the native engine only; pin a preset for OpenCompass runs")
             if engine == "opencompass":
                 from dare_bench.evaluators.opencompass import run_opencompass_eval
 
@@ -81,7 +104,8 @@ def register(app: typer.Typer) -> None:
                 from dare_bench.evaluators.evaluator import evaluate
 
                 result = evaluate(model, task, preset=preset, limit=limit, grader=grader, source=data, split=split,
-                                  seed=seed, batch_size=batch_size, device=device, dtype=dtype, progress=progress)
+                                  seed=seed, batch_size=batch_size, device=device, dtype=dtype, progress=progress,
+                                  overrides=settings)
         except DareBenchError as exc:
             _fail(exc)
         payload = result.to_json()

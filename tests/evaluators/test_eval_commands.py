@@ -131,3 +131,16 @@ def test_eval_a_saved_checkpoint_directory(tmp_path):
     out = json.loads(res.stdout)
     assert out["preset"] == "tiny" and out["model"] == str(ckpt) and [i["index"] for i in out["items"]] == [0, 1]
     assert json.loads(out_file.read_text())["items"] == out["items"]
+
+
+def test_eval_set_overrides_reach_the_sampler():
+    res = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "1", "--preset", "micro",
+                              "--set", "gen_length=8", "--set", "steps=4", "--set", "remasking=random", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["sampler"]["gen_length"] == 8 and out["sampler"]["steps"] == 4 and out["sampler"]["remasking"] == "random"
+    bad = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "1", "--set", "oops"])
+    assert bad.exit_code == 2 and "key=value" in bad.stderr
+    unknown = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "1", "--preset",
+                                  "micro", "--set", "warp=9"])
+    assert unknown.exit_code == 2 and "unknown setting" in unknown.stderr
