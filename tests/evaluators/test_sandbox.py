@@ -51,6 +51,25 @@ def test_fork_storm_is_contained_and_reaped(guard):
         assert uid != 0 and sandbox._pids_of_uid(uid) == []
 
 
+def test_escaped_background_children_are_killed_afterwards():
+    if not isolation().own_uid:
+        pytest.skip("reaping beyond the process group needs an own uid")
+    # the child leaves the process group (setsid) and would outlive a killpg; the program itself passes
+    program = (
+        "import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
+        "print(pid, flush=True)\n"
+    )
+    r = run_code(program, guard=False)
+    assert r.passed, r.stderr
+    child = int(r.stdout.split()[0])
+    try:
+        with open(f"/proc/{child}/status") as f:
+            state = [line.split()[1] for line in f if line.startswith("State:")][0]
+        assert state in ("Z", "X")  # dead, waiting to be reaped by init
+    except FileNotFoundError:
+        pass
+
+
 @pytest.mark.parametrize("guard", [True, False])
 def test_write_outside_workdir_is_refused(guard, tmp_path):
     if not guard and not (isolation().mount_namespace or isolation().own_uid):
