@@ -100,17 +100,21 @@ def test_validate_and_rollout_overrides():
     C = get_algorithm("cj_grpo")
     assert C.needs_trajectory and C.rollout_overrides == {"return_trajectory": True}
     llada = micro_llada(0).traits
-    algo = C({"eoser": True, "ass": True, "ass_blocks": 2}, llada)
+    algo = C({"decoding": "eoser-ass", "ass_blocks": 2}, llada)
     assert algo.rollout_overrides == {"return_trajectory": True, "eoser": True, "ass": True, "ass_blocks": 2,
                                       "eos_max_gamma": 1.0}
+    assert C({"decoding": "eoser", "eos_gamma_min": 0.3}, llada).rollout_overrides == {
+        "return_trajectory": True, "eoser": True, "eos_min_gamma": 0.3, "eos_max_gamma": 1.0}
+    with pytest.raises(ConfigError, match="eos_gamma"):
+        C({"eos_gamma_min": 0.3}, llada)
     dream = ModelTraits(family="dream", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=1,
                         attention="bidirectional")
     with pytest.raises(ConfigError, match="EOSER"):
-        C({"eoser": True}, dream)
+        C({"decoding": "eoser"}, dream)
     with pytest.raises(ConfigError, match="mc_samples"):
         C({"mc_samples": 2}, llada)
     with pytest.raises(ConfigError, match="ass_blocks"):
-        C({"ass_blocks": 2}, llada)
+        C({"decoding": "eoser", "ass_blocks": 2}, llada)
     with pytest.raises(ConfigError, match="loss_mode"):
         C({"loss_mode": "token"}, llada)
     # the EOSER / ASS overrides drive the real sampler: ASS decodes 8 tokens in log2(8) = 3 steps
@@ -243,7 +247,7 @@ def test_micro_training_step(backbone):
         algo = get_algorithm("cj_grpo")({}, model.traits)
     else:
         model = micro_llada(0)
-        algo = get_algorithm("cj_grpo")({"eoser": True, "ass": True}, model.traits)
+        algo = get_algorithm("cj_grpo")({"decoding": "eoser-ass"}, model.traits)
         prompt = torch.randint(0, 10, (4, 5), generator=torch.Generator().manual_seed(0))
         out = generate(model, prompt, gen_length=8, temperature=0.9, generator=torch.Generator().manual_seed(3),
                        **algo.rollout_overrides)

@@ -92,8 +92,11 @@ def test_validate_refuses_bad_settings():
     assert algo.config.clip_eps == 0.5 and algo.config.clip_ratio_c is None
     with pytest.raises(ConfigError, match="mc_samples"):
         C({"mc_samples": 2}, TRAITS)
-    with pytest.raises(ConfigError, match="t_low"):
-        C({"t_low": 0.7, "t_high": 0.3}, TRAITS)
+    with pytest.raises(ConfigError, match="t_min"):
+        C({"t_min": 0.7, "t_max": 0.3}, TRAITS)
+    with pytest.raises(ConfigError, match="not implemented"):
+        C({"pairs": 2}, TRAITS)
+    assert C({"t_min": 0.2, "t_max": 0.8, "pairs": 1}, TRAITS).config.pairs == 1
     with pytest.raises(ConfigError, match="not defined"):
         C({}, ModelTraits(family="sdar", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                           attention="block_causal", block_size=4))

@@ -77,8 +77,9 @@ def test_official_fixture_every_case():
         P = a["prompt_len"]
         traits = ModelTraits(family="llada", mask_token_id=a["MASK_TOKEN_ID"], eos_token_id=6, pad_token_id=6,
                              logit_shift=0, attention="bidirectional")
-        algo = get_algorithm("spg")({"mc_samples": a["mc_num"], "block_length": 4, "eubo_beta": a["eubo_beta"],
-                                     "mix_weight": a["mix_weight"], "logp_estimation": a["logp_estimation"]}, traits)
+        variant = {"mix": "mixture"}.get(a["logp_estimation"], a["logp_estimation"])
+        algo = get_algorithm("spg")({"num_t": a["mc_num"], "mask_block_length": 4, "eubo_beta": a["eubo_beta"],
+                                     "mix_weight": a["mix_weight"], "variant": variant}, traits)
         ids, am = x["input_ids"], x["attention_mask"]
         batch = RolloutBatch(ids[:, :P], am[:, :P], ids[:, P:], am[:, P:], torch.zeros(4), 1)
         masks = x["mask_indices"]  # [B, 1 iteration, n, L]
@@ -159,15 +160,18 @@ def test_sandwich_on_brute_forced_toy():
 
 def test_validate_refuses_bad_settings():
     S = get_algorithm("spg")
-    assert S({}, TRAITS).config.logp_estimation == "mix"
+    assert S({}, TRAITS).config.variant == "mixture"
     with pytest.raises(ConfigError, match="KL"):
         S({"kl_beta": 0.04}, TRAITS)
-    with pytest.raises(ConfigError, match="clip"):
-        S({"clip_ratio_c": 3.0}, TRAITS)
+    S({"clip_ratio_c": 3.0, "clip_eps": 0.2}, TRAITS)  # inherited shared settings: unused, as in DARE
     with pytest.raises(ConfigError, match="eubo_beta"):
         S({"eubo_beta": 0.5}, TRAITS)
-    with pytest.raises(ConfigError, match="logp_estimation"):
-        S({"logp_estimation": "renyi"}, TRAITS)
+    with pytest.raises(ConfigError, match="variant"):
+        S({"variant": "renyi"}, TRAITS)
+    with pytest.raises(ConfigError, match="disagree"):
+        S({"num_t": 2, "mc_samples": 4}, TRAITS)
+    assert S({"num_t": 3, "mc_samples": 1}, TRAITS).num_draws == 3  # the loop's default mc_samples = 1
+    assert S({"block_length": 4}, TRAITS).config.mask_block_length == 4  # upstream's argument name, an alias
     with pytest.raises(ConfigError, match="not defined"):
         S({}, ModelTraits(family="sdar", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                           attention="block_causal", block_size=4))
@@ -175,7 +179,7 @@ def test_validate_refuses_bad_settings():
 
 def test_block_masks_per_iteration_and_all_positive_is_elbo_only():
     batch = _batch()
-    algo = get_algorithm("spg")({"block_length": 4}, TRAITS)
+    algo = get_algorithm("spg")({"mask_block_length": 4}, TRAITS)
     st = algo.prepare(batch, None, None, generator=torch.Generator().manual_seed(0), num_iterations=3)
     seeds = st.shared["mask_seeds"]
     assert st.rows["masks"].shape == (6, 3, 2, 12)
@@ -194,7 +198,7 @@ def test_block_masks_per_iteration_and_all_positive_is_elbo_only():
     adv = torch.tensor([0.5, 0.1, 0.2, 0.3, 0.4, 0.6])
     with torch.no_grad():
         mix = algo.sequence_logps(policy, batch, st.rows["masks"][:, 0], adv)
-        elbo = get_algorithm("spg")({"block_length": 4, "logp_estimation": "elbo"}, TRAITS).sequence_logps(
+        elbo = get_algorithm("spg")({"mask_block_length": 4, "variant": "elbo"}, TRAITS).sequence_logps(
             policy, batch, st.rows["masks"][:, 0], adv)
     assert torch.equal(mix["seq"], elbo["seq"]) and torch.equal(mix["seq"], mix["elbo"])
     with torch.no_grad():
@@ -218,7 +222,7 @@ def test_micro_training_step(backbone):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model.init_weights()
-    algo = get_algorithm("spg")({"block_length": 4}, model.traits)
+    algo = get_algorithm("spg")({"mask_block_length": 4}, model.traits)
     batch = _batch()
     adv = algo.advantages(batch.rewards, batch.group_size)
     st = algo.prepare(batch, model, None, generator=torch.Generator().manual_seed(0), num_iterations=1)

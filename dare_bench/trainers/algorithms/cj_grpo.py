@@ -26,9 +26,9 @@ Trajectories: `RolloutBatch.trajectories[r]` is a `RowTrajectory` (see `split_tr
 `sampling.Trajectory`. Steps are indexed by the sampler's step number; a step in which a row unmasked nothing
 contributes nothing for that row. Canvas column P + c is completion column c (P = prompt width of the batch).
 
-Decoding (`rollout_overrides`): `return_trajectory` always; `eoser` (EOS early rejection, γ from eos_min_gamma to
-eos_max_gamma) and `ass` (ascending step sizes, `ass_blocks`) for the LLaDA sampler, as the official
-`--decoding eoser-ass`.
+Decoding (`rollout_overrides`): `return_trajectory` always; `decoding: eoser` (EOS early rejection, γ from
+eos_gamma_min to eos_gamma_max) or `eoser-ass` (plus ascending step sizes, `ass_blocks`) for the LLaDA sampler, as
+the official `--decoding`.
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def collapse_step_logprobs(step_log_probs: torch.Tensor, trajectory: torch.Tenso
 class CJGRPOConfig(AlgorithmConfig):
     clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
     loss_mode: Literal["per_step", "collapsed"] = "per_step"
-    eoser: bool = False
-    ass: bool = False
+    # knob names as `config.CjGrpoKnobs`: decoding standard | eoser | eoser-ass (the official `--decoding`)
+    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
+    eos_gamma_min: float | None = Field(None, gt=0, le=1)  # None: the sampler's (0.4 EOSER, 0.01 with ASS)
+    eos_gamma_max: float = Field(1.0, gt=0, le=1)
     ass_blocks: int | None = Field(None, ge=1)
-    eos_min_gamma: float | None = Field(None, gt=0)
-    eos_max_gamma: float = Field(1.0, gt=0)
 
 
 @register_algorithm
@@ -159,23 +159,24 @@ class CJGRPO(Algorithm):
         if c.kl_beta < 0:
             raise ConfigError(f"kl_beta must be >= 0, got {c.kl_beta}")
         llada_sampler = self.traits.attention == "bidirectional" and self.traits.logit_shift == 0
-        if (c.eoser or c.ass) and not llada_sampler:
+        eoser, ass = c.decoding in ("eoser", "eoser-ass"), c.decoding == "eoser-ass"
+        if eoser and not llada_sampler:
             raise ConfigError(f"EOSER / ASS decoding exists for the LLaDA sampler only, not {self.traits.family}")
-        if not (c.eoser or c.ass) and (c.eos_min_gamma is not None or c.ass_blocks is not None):
-            raise ConfigError("eos_min_gamma / ass_blocks need eoser or ass")
-        if c.ass_blocks is not None and not c.ass:
-            raise ConfigError("ass_blocks needs ass: true")
+        if not eoser and ("eos_gamma_min" in c.model_fields_set or "eos_gamma_max" in c.model_fields_set):
+            if c.eos_gamma_min is not None or c.eos_gamma_max != 1.0:
+                raise ConfigError("eos_gamma_min / eos_gamma_max need decoding eoser or eoser-ass")
+        if c.ass_blocks is not None and not ass:
+            raise ConfigError("ass_blocks needs decoding: eoser-ass")
         overrides: dict[str, Any] = {"return_trajectory": True}
-        if c.eoser:
+        if eoser:
             overrides["eoser"] = True
-        if c.ass:
+            overrides["eos_max_gamma"] = c.eos_gamma_max
+            if c.eos_gamma_min is not None:
+                overrides["eos_min_gamma"] = c.eos_gamma_min
+        if ass:
             overrides["ass"] = True
             if c.ass_blocks is not None:
                 overrides["ass_blocks"] = c.ass_blocks
-        if c.eoser or c.ass:
-            if c.eos_min_gamma is not None:
-                overrides["eos_min_gamma"] = c.eos_min_gamma
-            overrides["eos_max_gamma"] = c.eos_max_gamma
         # an instance attribute: EOSER / ASS are knobs of this run, the class default only asks for trajectories
         self.rollout_overrides = overrides
 

@@ -53,8 +53,10 @@ FIXED_MASK_SEED = 42
 
 class CoupledGRPOConfig(AlgorithmConfig):
     clip_eps: float = Field(0.5, gt=0, lt=1)  # DiffuCoder recipe: ε_low = ε_high = 0.5
-    t_low: float = Field(0.2, gt=0, lt=1)
-    t_high: float = Field(0.8, gt=0, lt=1)
+    # knob names as `config.CoupledGrpoKnobs`
+    t_min: float = Field(0.2, gt=0, lt=1)
+    t_max: float = Field(0.8, gt=0, lt=1)
+    pairs: int = Field(1, ge=1)  # λ complementary pairs per sample
     random_masking: bool = True
     kl_variant: Literal["standard", "dare"] = "standard"
 
@@ -70,8 +72,11 @@ class CoupledGRPO(Algorithm):
         if c.mc_samples != 1:
             raise ConfigError(f"coupled_grpo evaluates one complementary pair per sequence (mc_samples=1); "
                               f"got mc_samples={c.mc_samples}")
-        if not c.t_low <= c.t_high:
-            raise ConfigError(f"coupled_grpo: need t_low <= t_high, got {c.t_low}, {c.t_high}")
+        if not c.t_min <= c.t_max:
+            raise ConfigError(f"coupled_grpo: need t_min <= t_max, got {c.t_min}, {c.t_max}")
+        if c.pairs != 1:
+            raise ConfigError(f"coupled_grpo: pairs={c.pairs} is not implemented; the official code and DARE use "
+                              "one complementary pair per sample (λ = 1), which is what this plug-in computes")
         check_agg_mode(c.loss_agg)
         check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "leave_one_out", "mean", "mean_std"):
@@ -99,7 +104,7 @@ class CoupledGRPO(Algorithm):
         c = self.config
         _, attn, p = elbo_layout(batch)
         g = torch.Generator().manual_seed(int(seed))
-        t = c.t_low + (c.t_high - c.t_low) * float(torch.rand((), generator=g, dtype=torch.float64))
+        t = c.t_min + (c.t_max - c.t_min) * float(torch.rand((), generator=g, dtype=torch.float64))
         return coupled_masks(attn.cpu(), p, generator=g, t=t, dtype=torch.float32).to(batch.prompt_ids.device)
 
     def completion_logprobs(self, model, batch: RolloutBatch, mask: torch.Tensor, p_mask: torch.Tensor):

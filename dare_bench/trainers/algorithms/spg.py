@@ -6,16 +6,18 @@ shared/docs/algorithms.md §5.
 
 Masks (`masking.spg_block_masks`): per sequence and draw, a random block k among those holding completion tokens;
 earlier positions (prompt and earlier blocks) masked w.p. p_mask_prompt, block k gets m ~ U{..} masks, later blocks
-and post-completion padding fully masked. `mc_samples` (= num_t, 2) draws per sequence per inner iteration, drawn
-in `prepare` from one seed per iteration (d1-style `random_masking`, else seed 42 for every iteration).
+and post-completion padding fully masked. `num_t` (else `mc_samples`; 2 upstream) draws per sequence per inner
+iteration, drawn in `prepare` from one seed per iteration (d1-style `random_masking`, else seed 42 every iteration).
 
 Sequence surrogates (per draw j, M_j = masked valid completion tokens, over the C completion columns):
     ELBO-type  L_lo = mean_j [ Σ_{i∈M_j} log p_θ(x_i | x̃_j) / |M_j| ]                (no 1/t weight, as official)
     EUBO-type  q_i = mean_j [ p_θ(x_i | x̃_j)^β · 1[i∈M_j] / t_j ],  t_j = |M_j| / #valid
                L_up = (1/β) · mean_{i: q_i > 0} log q_i
-    mixture    ω·L_up + (1 − ω)·L_lo                                                     (`logp_estimation: mix`)
-    L = L_lo where A > 0, else the chosen negative surrogate (elbo | eubo | mix | zero).
+    mixture    ω·L_up + (1 − ω)·L_lo                                                     (`variant: mixture`)
+    L = L_lo where A > 0, else the chosen negative surrogate (`variant`: elbo | eubo | mixture | zero).
 Loss (REINFORCE; no ratio, no clip, no KL): −Σ_b A_b · L_b · |o_b| / Σ_b |o_b| over the micro-batch.
+The shared clip settings (clip_eps, clip_eps_high, clip_ratio_c, loss_agg) are accepted and unused, as in DARE,
+whose SPG recipes inherit them from the common MDLM settings; a KL coefficient is refused (upstream raises).
 
 About the sandwich: the ELBO side is a true bound — with one block and m ~ U{1..len}, E[L_lo] = ELBO/len ≤
 log p(x)/len for the any-order likelihood p(x) = E_σ Π_k p(x_σk | x_σ<k). The exact upper side is the Rényi bound
@@ -33,7 +35,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
@@ -101,13 +103,16 @@ def spg_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor, response_m
 
 
 class SPGConfig(AlgorithmConfig):
-    mc_samples: int = Field(2, ge=1)  # num_t draws per sequence per iteration
-    block_length: int = Field(32, ge=1)
+    # knob names as `config.SpgKnobs` (what reproduction YAMLs may set)
+    mc_samples: int = Field(2, ge=1)  # draws per sequence per iteration when `num_t` is unset
+    num_t: int | None = Field(None, ge=1)  # SPG's name for the draws per sequence per iteration (wins over mc_samples)
+    # `block_length` is accepted too (the name of SPG's `forward_process` argument)
+    mask_block_length: int = Field(32, ge=1, validation_alias=AliasChoices("mask_block_length", "block_length"))
     p_mask_prompt: float = Field(0.15, ge=0, lt=1)
     use_mask_prompt: bool = True
     min_t: float = Field(0.0, ge=0, le=1)
     max_t: float = Field(1.0, ge=0, le=1)
-    logp_estimation: Literal["elbo", "eubo", "mix", "zero"] = "mix"
+    variant: Literal["elbo", "eubo", "mixture", "zero"] = "mixture"  # A <= 0 estimator (official logp_estimation)
     eubo_beta: float = Field(1.5, gt=0)
     mix_weight: float = Field(0.5, ge=0, le=1)
     random_masking: bool = True
@@ -123,18 +128,21 @@ class SPG(Algorithm):
         c = self.config
         if c.kl_beta != 0:
             raise ConfigError("spg has no KL term (the official code raises for a KL coefficient); set kl_beta: 0")
-        if c.clip_ratio_c is not None or c.clip_eps_high is not None:
-            raise ConfigError("spg is REINFORCE-style with no ratio or clipping: clip_ratio_c / clip_eps_high "
-                              "must not be set")
         if c.min_t > c.max_t:
             raise ConfigError(f"spg: min_t ({c.min_t}) > max_t ({c.max_t})")
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):
             raise ConfigError(f"spg: unknown advantage {c.advantage!r}")
-        if c.logp_estimation in ("eubo", "mix") and c.eubo_beta < 1:
+        if c.num_t is not None and "mc_samples" in c.model_fields_set and c.mc_samples not in (1, c.num_t):
+            raise ConfigError(f"spg: num_t ({c.num_t}) and mc_samples ({c.mc_samples}) disagree; set one")
+        if c.variant in ("eubo", "mixture") and c.eubo_beta < 1:
             raise ConfigError(f"spg: the EUBO needs eubo_beta >= 1, got {c.eubo_beta}")
 
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return group_advantages(rewards, group_size, self.config.advantage or "mean")
+
+    @property
+    def num_draws(self) -> int:
+        return self.config.num_t or self.config.mc_samples
 
     def mask_seeds(self, generator: torch.Generator, num_iterations: int) -> list[int]:
         if not self.config.random_masking:
@@ -147,7 +155,7 @@ class SPG(Algorithm):
         c = self.config
         _, attn, p = elbo_layout(batch)
         g = torch.Generator().manual_seed(int(seed))
-        return spg_block_masks(attn.cpu(), p, generator=g, block_length=c.block_length, n=c.mc_samples,
+        return spg_block_masks(attn.cpu(), p, generator=g, block_length=c.mask_block_length, n=self.num_draws,
                                min_t=c.min_t, max_t=c.max_t, mask_prompt=c.use_mask_prompt,
                                p_prompt=c.p_mask_prompt, dtype=torch.float32).to(batch.prompt_ids.device)
 
@@ -181,8 +189,9 @@ class SPG(Algorithm):
         logp, prob = self.token_terms(model, batch, masks)
         cm = attn[:, p:]
         reward_mask = (advantages[:, None] * cm).sum(dim=-1) > 0
-        return spg_sequence_logps(logp, prob, masks[:, :, p:], cm, reward_mask, mode=c.logp_estimation,
-                                  beta=c.eubo_beta, mix_weight=c.mix_weight)
+        mode = "mix" if c.variant == "mixture" else c.variant
+        return spg_sequence_logps(logp, prob, masks[:, :, p:], cm, reward_mask, mode=mode, beta=c.eubo_beta,
+                                  mix_weight=c.mix_weight)
 
     def backward(self, policy, batch: RolloutBatch, state: AlgorithmState, advantages: torch.Tensor, *,
                  loss_scale: float, iteration: int) -> dict[str, float]:
