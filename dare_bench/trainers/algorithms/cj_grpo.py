@@ -162,9 +162,8 @@ class CJGRPO(Algorithm):
         eoser, ass = c.decoding in ("eoser", "eoser-ass"), c.decoding == "eoser-ass"
         if eoser and not llada_sampler:
             raise ConfigError(f"EOSER / ASS decoding exists for the LLaDA sampler only, not {self.traits.family}")
-        if not eoser and ("eos_gamma_min" in c.model_fields_set or "eos_gamma_max" in c.model_fields_set):
-            if c.eos_gamma_min is not None or c.eos_gamma_max != 1.0:
-                raise ConfigError("eos_gamma_min / eos_gamma_max need decoding eoser or eoser-ass")
+        if not eoser and (c.eos_gamma_min is not None or c.eos_gamma_max != 1.0):
+            raise ConfigError("eos_gamma_min / eos_gamma_max need decoding eoser or eoser-ass")
         if c.ass_blocks is not None and not ass:
             raise ConfigError("ass_blocks needs decoding: eoser-ass")
         overrides: dict[str, Any] = {"return_trajectory": True}
