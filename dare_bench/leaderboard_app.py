@@ -228,9 +228,9 @@ def main() -> None:
         if len(stages):
             st.markdown("**Time per stage** (seconds per run, summed over steps, mean over runs)")
             bar = (alt.Chart(stages).mark_bar()
-                   .encode(y=alt.Y("algorithm:N"), x=alt.X("seconds_per_run:Q", title="seconds per run"),
+                   .encode(y=alt.Y("algorithm:N", title=None), x=alt.X("seconds_per_run:Q", title="seconds per run"),
                            color=alt.Color("stage:N"), tooltip=["algorithm", "stage", "seconds_per_run", "runs"])
-                   .properties(height=max(80, 40 * stages["algorithm"].nunique())))
+                   .properties(height=max(160, 50 * stages["algorithm"].nunique())))
             st.altair_chart(bar, width="stretch")
 
     with tab_run:

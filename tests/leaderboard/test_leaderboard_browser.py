@@ -101,8 +101,11 @@ def test_real_server_in_headless_chromium_shows_the_winner(server):
             page.get_by_role("tab", name="Run drill-down").click()
             page.get_by_text("Resolved config").wait_for()
             page.get_by_text("test-version").first.wait_for()
-            page.get_by_text("30 samples (all); showing 25.").wait_for()
             shots.append(_shot(page, "leaderboard-run.png"))
+            page_info = page.get_by_text("30 samples (all); showing 25.")
+            page_info.wait_for()
+            page_info.scroll_into_view_if_needed()  # Streamlit scrolls its own container, not the document
+            shots.append(_shot(page, "leaderboard-samples.png"))
         finally:
             browser.close()
     for shot in shots:
@@ -112,6 +115,6 @@ def test_real_server_in_headless_chromium_shows_the_winner(server):
 
 def _shot(page, name: str) -> Path:
     path = ARTIFACTS / name
-    page.wait_for_timeout(700)  # let charts and the data grid finish drawing
+    page.wait_for_timeout(1200)  # let charts and the data grid finish drawing
     page.screenshot(path=str(path), full_page=True)
     return path
