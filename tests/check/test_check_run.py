@@ -35,14 +35,17 @@ def _failed(report):
 
 
 def _break_the_sudoku_grader(monkeypatch):
-    """An off-by-one in the cell comparison: each cell is graded against its right neighbour's gold digit."""
+    """A plausible grader bug: the answer regex insists on the newline-delimited block of DARE's prompt format
+    (`<answer>\\n...\\n</answer>`), so the compact answers of the tiny replicas no longer parse and score 0."""
+    import re
+
     from dare_bench.tasks.graders import d1
 
-    def shifted(solution, gold, puzzle):
-        return d1.__dict__["_orig_sudoku_cells"](solution, gold[1:] + gold[:1], puzzle)
+    def strict_extract(text):
+        found = re.findall(r"<answer>\n(.*?)\n</answer>", text, re.DOTALL)
+        return "".join(ch for ch in found[-1] if ch.isdigit()) if found else None
 
-    monkeypatch.setitem(d1.__dict__, "_orig_sudoku_cells", d1.sudoku_cells)
-    monkeypatch.setattr(d1, "sudoku_cells", shifted)
+    monkeypatch.setattr(d1, "sudoku_reward_extract", strict_extract)
 
 
 def test_the_unchanged_tree_passes_and_a_broken_grader_fails(tmp_path, shared_home, monkeypatch):
@@ -96,3 +99,22 @@ def test_record_then_check_round_trip(tmp_path):
     assert doc["packages"].get("torch") and doc["hardware"].get("torch_threads") == 1
     result, report = _check(FAST, "--run", *args)
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+def test_an_rl_loss_summed_instead_of_token_averaged_fails_on_its_gradient(tmp_path, monkeypatch):
+    """The GRPO loss of a micro run is 0 by construction (mu = 1), so its value cannot show a broken loss; the
+    gradient norm does: a token-sum aggregation scales it by the completion length."""
+    from dare_bench.trainers.algorithms.d1 import D1
+
+    original = D1.loss_terms
+
+    def summed(self, logp, old_logp, ref_logp, advantages, completion_mask):
+        loss, metrics = original(self, logp, old_logp, ref_logp, advantages, completion_mask)
+        scale = completion_mask.sum(-1).float().mean()
+        return loss * scale, {**metrics, "loss": metrics["loss"] * float(scale)}
+
+    monkeypatch.setattr(D1, "loss_terms", summed)
+    result, report = _check("d1-llada-sudoku", "--run", "--db", f"sqlite:///{tmp_path / 'check.db'}")
+    assert result.exit_code == 1, result.output
+    assert "curve/grad_norm/mean" in _failed(report)
