@@ -16,7 +16,10 @@ Paths, all on the same prompts in the same process:
   Fast-dLLM parallel decoding; `prefix+threshold`, `dual+threshold` = with the Fast-dLLM caches.
 - MDLM (Dream): vanilla = official diffusion_generate (steps = gen_length, maskgit_plus); `dual+threshold`.
 - Block diffusion (SDAR, LLaDA2): vanilla = recompute every step over the whole prefix (the official LLaDA2
-  sampler); `exact_cache` = committed blocks served from the exact KV cache. Greedy (`top_k=1`).
+  sampler); `exact_cache` = committed blocks served from the exact KV cache. `--block-sampling greedy` (default,
+  `top_k=1`: every confidence is 1, one step per block) or `official` (each family's default sampling: SDAR
+  temperature 1 / threshold 0.85, LLaDA2 temperature 0 (which still samples) / threshold 0.95; several steps per
+  block), every path drawing from an identically seeded generator.
 
 Each row reports tokens/s (generated tokens per wall second), forwards, tokens per forward, token-forwards (sum of
 query tokens: a hardware-free FLOP proxy) and agreement of the output tokens with the vanilla path; the table adds
@@ -96,12 +99,15 @@ def build_model(family: str, d_model: int, max_len: int, seed: int, device: str,
     return model.to(device=device, dtype=resolve_dtype(dtype)).eval()
 
 
-def paths_for(model, gen_length: int, threshold: float) -> list[tuple[str, dict[str, Any]]]:
+def paths_for(model, gen_length: int, threshold: float, block_sampling: str = "greedy"
+              ) -> list[tuple[str, dict[str, Any]]]:
     """(path name, generate settings); the first is the vanilla baseline."""
     traits = model.traits
     if traits.is_block_diffusion:
         b = traits.block_size or 32
-        base = {"gen_length": gen_length, "block_length": b, "denoising_steps": b, "top_k": 1}
+        base = {"gen_length": gen_length, "block_length": b, "denoising_steps": b}
+        if block_sampling == "greedy":
+            base["top_k"] = 1
         return [("vanilla", {**base, "use_cache": "none"}), ("exact_cache", {**base, "use_cache": "exact"})]
     block = min(32, gen_length)
     if traits.logit_shift == 1:
@@ -122,7 +128,7 @@ def paths_for(model, gen_length: int, threshold: float) -> list[tuple[str, dict[
 def run_benchmark(families: list[str], gen_lengths: list[int], *, d_model: int = 256, prompt_length: int = 64,
                   batch: int = 1, threshold: float = 0.9, seed: int = 0, device: str = "cpu",
                   dtype: str = "float32", head_scale: float = 10.0, threads: int | None = 1, warmup: bool = True,
-                  echo=None) -> list[dict[str, Any]]:
+                  block_sampling: str = "greedy", echo=None) -> list[dict[str, Any]]:
     import torch
 
     old_threads = torch.get_num_threads()
@@ -130,13 +136,13 @@ def run_benchmark(families: list[str], gen_lengths: list[int], *, d_model: int =
         torch.set_num_threads(threads)
     try:
         return _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, device, dtype, head_scale,
-                    warmup, echo)
+                    warmup, block_sampling, echo)
     finally:
         torch.set_num_threads(old_threads)
 
 
 def _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, device, dtype, head_scale, warmup,
-         echo):
+         block_sampling, echo):
     import torch
 
     from dare_bench.diffusion.sampling import generate
@@ -152,11 +158,13 @@ def _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, 
             prompt[prompt == bad] = 1
         prompt = prompt.to(device)
         if warmup:  # first-call allocations and kernel selection are not part of any path
-            generate(model, prompt, **paths_for(model, min(gen_lengths), threshold)[-1][1])
+            generate(model, prompt, **paths_for(model, min(gen_lengths), threshold, block_sampling)[-1][1])
         for gen_length in gen_lengths:
             vanilla_out = None
-            for name, settings in paths_for(model, gen_length, threshold):
-                out = generate(model, prompt, **settings)
+            for name, settings in paths_for(model, gen_length, threshold, block_sampling):
+                # every path draws the same random numbers (sampled block decoding, Gumbel / Dream sampling)
+                rng = torch.Generator(device=device).manual_seed(seed + 2)
+                out = generate(model, prompt, generator=rng, **settings)
                 gen_part = out.canvas[:, prompt_length:prompt_length + gen_length]
                 if vanilla_out is None:
                     vanilla_out = gen_part
@@ -224,6 +232,9 @@ def register(group: typer.Typer) -> None:
                                          help="Output-head sharpness of the random model (10: ~3 tokens per "
                                               "forward at threshold 0.9, as Fast-dLLM reports for LLaDA-8B)."),
         threads: int = typer.Option(1, "--threads", help="torch CPU threads (1 avoids oversubscription)."),
+        block_sampling: str = typer.Option("greedy", "--block-sampling",
+                                           help="Block diffusion: 'greedy' (top_k=1) or 'official' (each family's "
+                                                "default sampling, same generator on every path)."),
     ) -> None:
         """Vanilla vs cached / parallel diffusion sampling: tokens/s, forwards, tokens per forward, agreement."""
         import torch
@@ -235,6 +246,8 @@ def register(group: typer.Typer) -> None:
         if unknown:
             raise DareBenchError(f"unknown families {unknown}; use some of {sorted(FAMILY_PRESETS)}")
         lengths = _csv(gen_lengths, int, "gen-lengths")
+        if block_sampling not in ("greedy", "official"):
+            raise DareBenchError(f"--block-sampling must be 'greedy' or 'official', got {block_sampling!r}")
         if any(n < 1 for n in lengths) or prompt_length < 1 or batch < 1 or d_model < 1:
             raise DareBenchError("--gen-lengths, --prompt-length, --batch and --d-model must be positive")
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -244,7 +257,7 @@ def register(group: typer.Typer) -> None:
             f"{r['forwards']} forwards", err=True))
         rows = run_benchmark(fams, lengths, d_model=d_model, prompt_length=prompt_length, batch=batch,
                              threshold=threshold, seed=seed, device=device, dtype=dtype, head_scale=head_scale,
-                             threads=threads, echo=echo)
+                             threads=threads, block_sampling=block_sampling, echo=echo)
         if json_out:
             typer.echo(json.dumps({"rows": rows}, indent=2))
         else:
