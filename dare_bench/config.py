@@ -174,6 +174,15 @@ class CjGrpoKnobs(Strict):
     decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
     eos_gamma_min: float = Field(0.4, ge=0, le=1)
     eos_gamma_max: float = Field(1.0, ge=0, le=1)
+    loss_mode: Literal["per_step", "collapsed"] = Field(
+        "per_step", description="per_step: official EOSER-ASS-RL loss; collapsed: DARE's collapse_cj_step_log_probs")
+    ass_blocks: int | None = Field(None, gt=0, description="ascending-step-size blocks (None: the sampler's)")
+
+
+class BgpoKnobs(Strict):
+    n_l: int | None = Field(None, gt=0, description="MC copies stratified together (None: all mc_samples)")
+    elbo_norm: Literal["padded", "valid", "valid_x_padded"] = Field(
+        "padded", description="ELBO / R (DARE LLaDA/Dream), / valid count (LLaDA2 actor), / n*R (SDAR actor)")
 
 
 class SpgKnobs(Strict):
@@ -183,10 +192,15 @@ class SpgKnobs(Strict):
     num_t: int = Field(2, gt=0, description="independent block-wise masks per sequence per iteration")
     mask_block_length: int = Field(32, gt=0)
     p_mask_prompt: float = Field(0.15, ge=0, lt=1)
+    use_mask_prompt: bool = True
+    min_t: float = Field(0.0, ge=0, le=1)
+    max_t: float = Field(1.0, ge=0, le=1)
+    random_masking: bool = True
 
 
 class EbpoKnobs(Strict):
     block_origin: Literal["global", "response"] = "global"
+    n_l: int | None = Field(None, gt=0, description="MC rows stratified together (None: all mc_samples)")
 
 
 class VrpoKnobs(Strict):
@@ -214,7 +228,7 @@ class EspoKnobs(Strict):
 
 
 ALGORITHM_KNOBS: dict[str, type[Strict]] = {
-    "baseline": NoKnobs, "sft": NoKnobs, "lora": NoKnobs, "bgpo": NoKnobs,
+    "baseline": NoKnobs, "sft": NoKnobs, "lora": NoKnobs, "bgpo": BgpoKnobs,
     "d1": D1Knobs, "coupled-grpo": CoupledGrpoKnobs, "cj-grpo": CjGrpoKnobs, "spg": SpgKnobs,
     "ebpo": EbpoKnobs, "vrpo": VrpoKnobs, "mdpo": MdpoKnobs, "dtreerpo": DtreerpoKnobs,
     "justgrpo": JustGrpoKnobs, "espo": EspoKnobs,
