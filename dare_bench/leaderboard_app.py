@@ -103,7 +103,7 @@ def _highlight_best(matrix: pd.DataFrame) -> pd.io.formats.style.Styler:
 def main() -> None:
     st.set_page_config(page_title="dare-bench leaderboard", layout="wide")
     st.title("dare-bench leaderboard")
-    url = data.database_url_from_env()
+    url = data.database_target()
     try:
         _engine(url)
         ov = _overview(url)

@@ -46,10 +46,9 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (localhost by default)."),
     ) -> None:
         """Serve the leaderboard: winners per backbone, reported vs reproduced, curves, run drill-down."""
-        from dare_bench.leaderboard_data import open_reader
-        from dare_bench.store.engine import resolve_url
+        from dare_bench.leaderboard_data import database_target, open_reader
 
-        url = resolve_url(db)
+        url = database_target(db)
         open_reader(url).dispose()  # fail here, in one line, rather than in the browser
         argv, env = streamlit_command(url, port=port, host=host)
         typer.echo(f"leaderboard on http://{host}:{port} (database {url}); Ctrl-C stops it", err=True)

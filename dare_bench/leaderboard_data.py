@@ -15,14 +15,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import QueuePool
 
 from dare_bench.errors import StoreError
 from dare_bench.store.engine import READ_ONLY, resolve_url
@@ -52,30 +55,36 @@ def open_reader(url: str | None = None) -> Engine:
     Unlike `Store(url)`, this never creates a missing SQLite file nor migrates an old schema: the leaderboard
     only looks.
     """
-    url = resolve_url(url)
+    url = database_target(url)
+    bare_path = "://" not in url  # kept apart from URL parsing: a file name may hold '?' or '#'
     try:
-        parsed = make_url(url)
+        parsed = make_url("sqlite://" if bare_path else url)
     except Exception as exc:  # noqa: BLE001 - any malformed URL is one user error
         raise StoreError(f"cannot parse database URL {url!r}: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
-        path = parsed.database or ""
+        path = url if bare_path else (parsed.database or "")
         if not path or path == ":memory:":
             raise StoreError("the leaderboard needs a database file, not an in-memory SQLite database")
         if not Path(path).is_file():
             raise StoreError(f"no database at {path} (run `dare-bench reproduce NAME --db {path}` to create one)")
         # mode=ro: SQLite itself refuses writes, and WAL readers take no lock a writer could wait on.
-        engine = create_engine(f"sqlite:///file:{path}?mode=ro&uri=true", connect_args={"timeout": 60})
+        # Connect by hand: through a SQLAlchemy URL a '?', '#' or '%' in the file name would be re-parsed.
+        uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
 
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn, _record):  # noqa: ANN001
-            dbapi_conn.execute("PRAGMA query_only=ON")
+        def _connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(uri, uri=True, timeout=60, check_same_thread=False)
+            conn.execute("PRAGMA query_only=ON")
+            return conn
+
+        # A real pool: Streamlit serves each browser session from its own thread.
+        engine = create_engine("sqlite://", creator=_connect, poolclass=QueuePool)
     else:
         try:
             engine = create_engine(url, pool_pre_ping=True)
         except (SQLAlchemyError, ValueError, ImportError) as exc:
             raise StoreError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {exc}") from None
     engine = engine.execution_options(**{READ_ONLY: True})
-    shown = parsed.render_as_string(hide_password=True)
+    shown = url if bare_path else parsed.render_as_string(hide_password=True)
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
@@ -450,9 +459,15 @@ def samples_page(engine: Engine, evaluation_id: int, *, page: int = 0, page_size
     return df, int(total)
 
 
-def database_url_from_env() -> str:
-    """The URL the `dare-bench leaderboard` command hands to the app (DARE_BENCH_DB), else the default."""
-    return resolve_url(os.environ.get("DARE_BENCH_DB") or None)
+def database_target(db: str | None = None) -> str:
+    """`--db` value, else DARE_BENCH_DB, else the default database file; a bare path is made absolute, not a URL."""
+    value = db or os.environ.get("DARE_BENCH_DB") or None
+    if value and "://" not in value:
+        return str(Path(value).expanduser().resolve())
+    if value:
+        return value
+    default = resolve_url(None)
+    return default.split(":///", 1)[1] if default.startswith("sqlite:///") else default
 
 
 @dataclass(frozen=True)

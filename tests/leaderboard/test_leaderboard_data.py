@@ -142,6 +142,9 @@ def test_open_reader_refuses_bad_input_and_never_writes(tmp_path):
         L.open_reader(str(foreign))
     url = f"sqlite:///{tmp_path / 'ok.db'}"
     Store(url).close()
+    odd = tmp_path / "odd name #1?.db"  # a bare path is a file name, never re-parsed as a URL
+    odd.write_bytes((tmp_path / "ok.db").read_bytes())
+    assert L.overview(L.open_reader(str(odd)))["runs"] == 0
     engine = L.open_reader(url)
     with pytest.raises(Exception, match="readonly|read-only|query_only|attempt to write"):
         with engine.begin() as conn:
