@@ -418,7 +418,8 @@ def runs_page(engine: Engine, *, backbone: str, task: str, scale: str, algorithm
                 ORDER BY e.id DESC LIMIT 1) AS base_score
         FROM runs r WHERE {where} ORDER BY r.id DESC LIMIT :limit
     """
-    return _df(engine, sql, **params)
+    df = _df(engine, sql, **params)
+    return df.assign(modified=df["modified"].astype(bool))  # SQLite hands booleans back as 0/1
 
 
 def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
