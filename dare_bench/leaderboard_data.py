@@ -265,25 +265,32 @@ def source_label(row: pd.Series) -> str:
 def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: str | None) -> pd.DataFrame:
     """One row per (algorithm, task) known to either side: reported %, reproduced %, difference, source.
 
-    Reproduced values are converted to percentages by `to_percent` (column `unit` says so); a cell with no
-    run or no report says which is missing instead of showing a number.
+    Matched on (algorithm, task), not on the metric's name: a reproduction's evaluation metric is by design the
+    one its reported number measures, even where the names differ (DARE calls its sudoku mean score
+    "accuracy"; we record it as "score"); both names are shown. A report with our metric's name wins over
+    another of the same table. Reproduced values are converted by `to_percent` (column `unit` says so); a cell
+    with no run or no report says which is missing instead of showing a number.
     """
     rep = reported if table is None else reported[reported["table"] == table]
-    rep = rep.drop_duplicates(["algorithm", "task", "metric"], keep="first")
+    rep = rep.rename(columns={"metric": "reported_metric"})
     ours = cells[["algorithm", "task", "metric", "n", "mean", "ci95"]] if len(cells) else pd.DataFrame(
         columns=["algorithm", "task", "metric", "n", "mean", "ci95"])
-    merged = ours.merge(rep[["algorithm", "task", "metric", "value", "table", "source_kind", "source_ref",
+    merged = ours.merge(rep[["algorithm", "task", "reported_metric", "value", "table", "source_kind", "source_ref",
                              "source_table", "source_file", "source_commit", "settings_json", "note"]],
-                        on=["algorithm", "task", "metric"], how="outer")
+                        on=["algorithm", "task"], how="outer")
+    same_name = (merged["metric"] == merged["reported_metric"]).astype(int)
+    merged = (merged.assign(_same=same_name).sort_values("_same", ascending=False, kind="stable")
+              .drop_duplicates(["algorithm", "task", "metric"], keep="first"))
     rows = []
     for _, r in merged.iterrows():
-        metric = r["metric"]
         has_run = not pd.isna(r["mean"])
         has_rep = not pd.isna(r["value"])
+        metric = r["metric"] if has_run else r["reported_metric"]
         repro = to_percent(float(r["mean"]), metric) if has_run else None
         ci = to_percent(float(r["ci95"]), metric) if has_run and not pd.isna(r["ci95"]) else None
         rows.append({
             "algorithm": r["algorithm"], "task": r["task"], "metric": metric,
+            "reported_metric": r["reported_metric"] if has_rep else "",
             "reported": float(r["value"]) if has_rep else None,
             "reproduced": repro, "ci95": ci, "runs": int(r["n"]) if has_run else 0,
             "difference": (repro - float(r["value"])) if has_run and has_rep else None,
@@ -294,8 +301,9 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
             "settings": r["settings_json"] if has_rep else "",
             "note": r["note"] if has_rep and isinstance(r["note"], str) else "",
         })
-    out = pd.DataFrame(rows, columns=["algorithm", "task", "metric", "reported", "reproduced", "ci95", "runs",
-                                      "difference", "status", "unit", "source", "table", "settings", "note"])
+    out = pd.DataFrame(rows, columns=["algorithm", "task", "metric", "reported_metric", "reported", "reproduced",
+                                      "ci95", "runs", "difference", "status", "unit", "source", "table", "settings",
+                                      "note"])
     # Cells with both numbers first, then ours without a report, then reported cells we have not run.
     order = out["status"].map({"ok": 0, "no report": 1, "no run": 2})
     return out.assign(_o=order).sort_values(["_o", "task", "algorithm"]).drop(columns="_o").reset_index(drop=True)

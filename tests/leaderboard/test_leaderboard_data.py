@@ -5,13 +5,13 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from lb_helpers import add_run
+from lb_helpers import add_run, config
 from typer.testing import CliRunner
 
 from dare_bench import leaderboard_data as L
 from dare_bench.cli import app
 from dare_bench.errors import StoreError
-from dare_bench.store import Store
+from dare_bench.store import EvaluationRecord, Store
 
 
 def _cell(cells, algorithm, task="sudoku"):
@@ -86,6 +86,23 @@ def test_reported_vs_reproduced_normalises_to_percent(winners_db):
     bgpo = cmp.loc[("bgpo", "sudoku")]
     assert bgpo.status == "no run" and bgpo.reported == pytest.approx(42.6) and pd.isna(bgpo.reproduced)
     assert list(cmp["status"])[:3] == ["ok", "ok", "no report"]
+
+
+def test_reported_matches_our_metric_under_another_name(tmp_path):
+    """At paper scale sudoku's primary metric is "score", which DARE's table calls "accuracy"."""
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    run_id = store.start_run(config("d1", "llada", "sudoku", "paper"), seed=0, code_version="v", packages={},
+                             hardware={})
+    store.finish_run(run_id, [EvaluationRecord(task="sudoku", split="test", data_fingerprint="fp",
+                                               metrics={"score": 0.3, "accuracy": 0.1}, primary_metric="score",
+                                               checkpoint="final")])
+    engine = L.open_reader(store.url)
+    cells = L.winners(engine, backbone="llada", scale="paper")
+    reported, _ = L.reported_scores(engine, "llada")
+    cmp = L.reported_vs_reproduced(cells, reported, "dare-algorithm-comparison").set_index(["algorithm", "task"])
+    d1 = cmp.loc[("d1", "sudoku")]
+    assert (d1.metric, d1.reported_metric, d1.status) == ("score", "accuracy", "ok")
+    assert d1.difference == pytest.approx(30.0 - 31.8)
 
 
 def test_reported_falls_back_to_the_registry(tmp_path):
