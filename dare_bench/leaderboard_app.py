@@ -110,12 +110,13 @@ def main() -> None:
     except DareBenchError as exc:
         st.error(f"Cannot open the results database: {exc}")
         st.stop()
-    st.caption(f"Database: `{url}` · {ov['finished']} finished runs of {ov['runs']} recorded · read-only")
+    shown = data.display_url(url)
+    st.caption(f"Database: `{shown}` · {ov['finished']} finished runs of {ov['runs']} recorded · read-only")
 
     if not ov["finished"]:
         st.info(
             "**No finished runs yet** — this database holds nothing to rank. Record one with "
-            f"`dare-bench reproduce d1-llada-sudoku --scale micro --db {url}` and reload this page.",
+            f"`dare-bench reproduce d1-llada-sudoku --scale micro --db {shown}` and reload this page.",
             icon="📭",
         )
         st.stop()

@@ -51,7 +51,9 @@ def register(app: typer.Typer) -> None:
         url = database_target(db)
         open_reader(url).dispose()  # fail here, in one line, rather than in the browser
         argv, env = streamlit_command(url, port=port, host=host)
-        typer.echo(f"leaderboard on http://{host}:{port} (database {url}); Ctrl-C stops it", err=True)
+        from dare_bench.leaderboard_data import display_url
+
+        typer.echo(f"leaderboard on http://{host}:{port} (database {display_url(url)}); Ctrl-C stops it", err=True)
         sys.stdout.flush()
         sys.stderr.flush()
         # exec: the server replaces this process, so signals (Ctrl-C, a test's kill) reach Streamlit directly.

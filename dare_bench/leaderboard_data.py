@@ -468,6 +468,16 @@ def samples_page(engine: Engine, evaluation_id: int, *, page: int = 0, page_size
     return df, int(total)
 
 
+def display_url(target: str) -> str:
+    """The database for people to read: a path as is, a URL without its password."""
+    if "://" not in target:
+        return target
+    try:
+        return make_url(target).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - shown as given when it cannot be parsed (open_reader reports why)
+        return target
+
+
 def database_target(db: str | None = None) -> str:
     """`--db` value, else DARE_BENCH_DB, else the default database file; a bare path is made absolute, not a URL."""
     value = db or os.environ.get("DARE_BENCH_DB") or None

@@ -179,3 +179,8 @@ def test_command_rejects_a_bad_database_in_one_line(tmp_path):
     flags = dict(zip(argv[5::2], argv[6::2]))
     assert flags["--server.address"] == "127.0.0.1" and flags["--server.headless"] == "true"
     assert flags["--browser.gatherUsageStats"] == "false" and flags["--server.fileWatcherType"] == "none"
+
+
+def test_display_url_hides_passwords():
+    assert L.display_url("postgresql://user:secret@db.example/results") == "postgresql://user:***@db.example/results"
+    assert L.display_url("/tmp/odd #name?.db") == "/tmp/odd #name?.db"
