@@ -1,7 +1,7 @@
 """ONE end-to-end check: `dare-bench leaderboard` serves the real page, headless Chromium (Playwright) renders it.
 
 Needs the system browser (Debian: `apt-get install -y chromium`) and the `playwright` Python package; skipped
-with the reason when either is missing. Playwright's own browser download is never used. Screenshots go to
+with the reason when either is missing, or failed when DARE_BENCH_REQUIRE_BROWSER=1 (CI). Playwright's own browser download is never used. Screenshots go to
 `artifacts/leaderboard*.png` (git-ignored; CI keeps them as artifacts); the path is printed.
 """
 
@@ -69,10 +69,26 @@ def server(two_algorithms_db):
         log.close()
 
 
-def test_real_server_in_headless_chromium_shows_the_winner(server):
+def _missing(reason: str) -> None:
+    # CI sets DARE_BENCH_REQUIRE_BROWSER=1 so that a lost browser install fails instead of quietly skipping.
+    if os.environ.get("DARE_BENCH_REQUIRE_BROWSER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def sync_api():
+    """Checked before the server starts, so a missing browser costs nothing."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"no system Chromium at {CHROMIUM} (Debian/Ubuntu: apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+        _missing(f"no system Chromium at {CHROMIUM} (Debian: apt-get install -y chromium)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _missing("the playwright Python package is not installed (pip install -e '.[dev]')")
+    return sync_api
+
+
+def test_real_server_in_headless_chromium_shows_the_winner(sync_api, server):
     ARTIFACTS.mkdir(exist_ok=True)
     shots = []
     with sync_api.sync_playwright() as p:
