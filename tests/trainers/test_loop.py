@@ -226,10 +226,6 @@ def test_every_plugin_runs_through_the_loop(name):
     assert any(not torch.equal(v, start[k]) for k, v in res.policy.state_dict().items())
 
 
-# Knob names in config.ALGORITHM_KNOBS that the plug-in does not accept (other files; reported to the lead).
-KNOB_MISMATCH = {"coupled-grpo": "t_min / t_max / pairs", "cj-grpo": "decoding", "spg": "variant / num_t / mask_block_length"}
-
-
 def _rl_reproduction_algorithms():
     from dare_bench.config import ALGORITHMS as CONFIG_NAMES
 
@@ -238,9 +234,7 @@ def _rl_reproduction_algorithms():
     for name in CONFIG_NAMES:
         if name.replace("-", "_") not in plugins:
             continue
-        marks = [pytest.mark.xfail(reason=f"config knobs {KNOB_MISMATCH[name]} unknown to the plug-in")] \
-            if name in KNOB_MISMATCH else []
-        out.append(pytest.param(name, marks=marks))
+        out.append(name)
     return out
 
 
