@@ -218,7 +218,7 @@ def test_every_plugin_runs_through_the_loop(name):
     kinds = get_algorithm(name).attention_kinds
     model = micro_llada(0) if "bidirectional" in kinds else micro_sdar(0)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    knobs = {"spg": {"block_length": 4}}.get(name, {})  # the toy completion is 4 tokens long
+    knobs = {"spg": {"mask_block_length": 4}}.get(name, {})  # the toy completion is 4 tokens long
     res = train_rl(model, CharTokenizer(), ReverseTask(), name,
                    rl_settings(steps=4, mu=2, clip_eps=0.2, algorithm=knobs), progress=False, micro_batch_size=8)
     assert res.optimizer_steps == 4 and res.final_step == 2
