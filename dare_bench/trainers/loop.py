@@ -313,7 +313,8 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
              sink: MetricsSink | None = None, checkpoint_dir: str | Path | None = None, resume: bool = False,
              seed: int = 0, progress: bool = True, items: Sequence[Any] | None = None, grader: str = "dare",
              prompt_template: Any = "plain", micro_batch_size: int | None = None, keep_last: int | None = None,
-             stop_after: int | None = None, dist: DistInfo | None = None) -> TrainResult:
+             stop_after: int | None = None, gradient_checkpointing: bool = False,
+             dist: DistInfo | None = None) -> TrainResult:
     """Post-train `policy` with the RL algorithm `algorithm_name` on `task`; see the module docstring.
 
     train_cfg: a `dare_bench.config.TrainSettings` (kind "rl") or a dict of its fields.
@@ -328,6 +329,7 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
         simulate an interrupted run.
     seed: data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG (dropout).
+    gradient_checkpointing: recompute activations in the backward (paper-scale memory; same numbers).
     """
     cfg = _train_settings(train_cfg)
     dist = dist or init_distributed()  # a no-op outside torchrun
@@ -358,6 +360,8 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     # The global torch RNG drives LoRA's init and dropout: seed it so that a run depends on `seed` alone (a resumed
     # run then restores the exact state from its checkpoint).
     torch.manual_seed(seed * 7919 + 3 + dist.rank)
+    if gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
     if cfg.lora is not None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # identical adapters on every rank

@@ -278,3 +278,11 @@ def test_d1_raises_the_reward_of_a_random_policy_on_the_toy_task():
              cfg, progress=False, sink=lambda s, m: rewards.append(m["reward_mean"]))
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.05, (first, last)
+
+
+def test_gradient_checkpointing_gives_the_same_run():
+    plain, _ = _run(cfg={"steps": 1})
+    ckpt, _ = _run(cfg={"steps": 1}, gradient_checkpointing=True)
+    assert ckpt.policy.gradient_checkpointing
+    for (k, a), b in zip(plain.policy.state_dict().items(), ckpt.policy.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=k)
