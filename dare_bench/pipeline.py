@@ -314,7 +314,8 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
                 store.log_metrics(run_id, step, metrics)
         result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     elif train.kind == "sft":
-        model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, cfg.grader)
+        model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template,
+                                          cfg.grader)
     elif train.kind == "preference":
         model, final_step = _train_vrpo(model, task, tokenizer, train_data, cfg, seed, sink, progress, template)
     else:  # "none": evaluate the base as it is
@@ -372,7 +373,7 @@ def _metrics_sink(store, run_id: int, result: ReproduceResult):
     return sink
 
 
-def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, cfg.grader):
+def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, grader):
     from dare_bench.trainers.sft import LoraSettings, SFTConfig, apply_lora, train_sft
 
     if train.lora is not None:
