@@ -120,6 +120,13 @@ def _resolve_db(db: str | None) -> str:
     return resolve_url(db)
 
 
+def _config(name: str, scale: str, overrides=()):
+    # The registry alone (no torch): comparing runs already in the store stays instant.
+    from dare_bench.registry import get
+
+    return get(name).resolve(scale, list(overrides))
+
+
 def _names(names: list[str], directory: Path, scale: str) -> list[str]:
     from dare_bench.check import baseline as bl
 
@@ -151,8 +158,6 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
     from dare_bench.check import baseline as bl
     from dare_bench.check import compare as cmp
     from dare_bench.check import stats
-    from dare_bench.pipeline import resolve
-
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
     started = time.perf_counter()
@@ -160,14 +165,14 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
     names = _names(list(names or []), directory, scale)
     docs = {}
     for name in names:
-        resolve(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
+        _config(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
         path = bl.baseline_path(directory, name, scale)
         if not path.exists():
             raise DareBenchError(f"{name}: no baseline at scale {scale!r} ({path}); record one with "
                                  f"`dare-bench check --record {name} --scale {scale}`")
         doc = bl.load(path)
         # The baseline's own overrides (e.g. a longer micro base) are part of what was recorded and checked.
-        _, cfg = resolve(name, scale, doc.get("overrides", []))
+        cfg = _config(name, scale, doc.get("overrides", []))
         docs[name] = (path, doc, cfg)
     m = sum(cmp.plan_checks(doc) for _, doc, _ in docs.values())
     z_crit = stats.bonferroni_z(alpha, m)

@@ -14,9 +14,9 @@ STEPS = 3
 
 
 def config(name: str = NAME, scale: str = "micro", overrides=()):
-    from dare_bench.pipeline import resolve
+    from dare_bench.registry import get
 
-    return resolve(name, scale, list(overrides))[1]
+    return get(name).resolve(scale, list(overrides))
 
 
 def _evaluation(checkpoint: str, rng: random.Random, level: float, fingerprint: str = "sha256:items"):
