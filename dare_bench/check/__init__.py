@@ -127,6 +127,20 @@ def _config(name: str, scale: str, overrides=()):
     return get(name).resolve(scale, list(overrides))
 
 
+def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:
+    """Tracked packages / CPU that differ from the recording: context for a failure, never a failure itself."""
+    from dare_bench.store import environment
+
+    now = environment.package_versions()
+    recorded = doc.get("packages") or {}
+    changes = {k: [recorded.get(k), now.get(k)] for k in sorted(set(recorded) | set(now))
+               if k != "dare-bench" and recorded.get(k) != now.get(k)}
+    cpu = (doc.get("hardware") or {}).get("cpu")
+    if cpu and cpu != environment.hardware().get("cpu"):
+        changes["cpu"] = [cpu, environment.hardware().get("cpu")]
+    return changes
+
+
 def _names(names: list[str], directory: Path, scale: str) -> list[str]:
     from dare_bench.check import baseline as bl
 
@@ -189,6 +203,7 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
                      "seed": None, "config_hash": None, "baseline_config_hash": doc["config_hash"],
                      "wall_seconds": None, "message": "", "checks": []}
             entries.append(entry)
+            entry["environment_changes"] = _environment_changes(doc)
             entry["config_hash"] = cfg.content_hash
             if cfg.content_hash != doc["config_hash"]:
                 entry["message"] = (f"config hash mismatch: baseline recorded for {doc['config_hash'][:12]}, {name} "
@@ -291,6 +306,9 @@ def table_lines(report: dict[str, Any]) -> list[str]:
         took = f", {e['wall_seconds']:.1f}s" if e["wall_seconds"] is not None else ""
         lines.append(f"{e['status'].upper():5} {e['name']} [{e['scale']}] ({where}{took})"
                      + (f": {e['message']}" if e["message"] else ""))
+        if e.get("environment_changes") and e["status"] != "pass":
+            lines.append("      recorded on another environment: " + ", ".join(
+                f"{k} {a} -> {b}" for k, (a, b) in e["environment_changes"].items()))
     lines.append(f"{report['status'].upper()}: {len(report['reproductions'])} reproduction(s), {report['tests']} "
                  f"tests, family-wise alpha {report['alpha']:g} (|z| <= {report['z_critical']:.2f}), "
                  f"{report['wall_seconds']:.0f}s")

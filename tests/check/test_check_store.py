@@ -194,3 +194,20 @@ def test_record_needs_names_and_two_seeds(setup):
     for args, message in [(["--record"], "--record needs"), (["--record", NAME, "--seeds", "1"], "--seeds")]:
         result = _check(db, directory, *args)
         assert result.exit_code == 2 and message in result.stderr
+
+
+def test_another_recording_environment_is_reported_never_failed(setup):
+    db, directory = setup
+    add_run(db, seed=7)
+    path = directory / f"{NAME}.micro.json"
+    doc = json.loads(path.read_text())
+    assert doc["packages"].get("torch")
+    doc["packages"]["torch"] = "0.0-recorded-elsewhere"
+    path.write_text(json.dumps(doc))
+    result, report = _report(db, directory)
+    assert result.exit_code == 0, result.output
+    (entry,) = report["reproductions"]
+    from dare_bench.store import environment
+
+    assert entry["environment_changes"]["torch"] == ["0.0-recorded-elsewhere",
+                                                     environment.package_versions()["torch"]]
