@@ -38,19 +38,12 @@ COMMAND_MODULES = [
     "dare_bench.check",
     "dare_bench.leaderboard_command",
     "dare_bench.bench",
-    "dare_bench.models.commands",
 ]
 
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # that area has not landed yet
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(name).register(app)
 
 
 _register_all()

@@ -16,11 +16,5 @@ BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory"]
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Benchmarks that print speed / memory ratios measured in one run.", no_args_is_help=True)
     for name in BENCH_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(group)
+        importlib.import_module(name).register(group)
     app.add_typer(group, name="bench")
