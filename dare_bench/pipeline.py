@@ -393,8 +393,10 @@ def _train_vrpo(model, task, tokenizer, train_data, cfg, seed, sink, progress, t
 
     train = cfg.profile.train
     knobs = train.algorithm or {}
+    # VRPO has no rollouts of its own (rollout: null): the base answers with the pinned evaluation sampler.
+    sampler = train.rollout or cfg.profile.eval.sampler
     pairs = preference_pairs(model, tokenizer, task, list(train_data)[: max(8, (train.batch_prompts or 8) * 4)],
-                             train.rollout, cfg.grader, seed, template)
+                             sampler, cfg.grader, seed, template)
     if not pairs:
         raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
     pcfg = PreferenceConfig(steps=train.steps or 10, lr=train.lr, batch_pairs=max(1, (train.batch_prompts or 4)),
