@@ -15,8 +15,11 @@ CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the 
 
 `--run` and `--record` run in a fresh temporary DARE_BENCH_HOME (unless `--reuse-cache`): the cached SFT bases and
 base evaluations are keyed by recipe, not by code, so reusing them would hide a change to the SFT loss, the model,
-the sampler or the grader. Runs are forced (an identical finished run in the store is not reused) and land in the
-store given by `--db` (default: the usual store).
+the sampler or the grader. Runs are forced (an identical finished run in the store is not reused), run on one torch
+thread (`--threads`: the reduction order then does not depend on the machine's core count) with the overrides the
+baseline pins (the committed micro baselines pin a 160-step base: the default 40-step micro base answers `333...`
+to every puzzle, so every score, reward and RL gradient is 0 and nothing could regress), and land in the store
+given by `--db` (default: the usual store).
 
 What is compared (per reproduction): the final and the base evaluation's accuracy, score and mean_reward (the base
 evaluation exercises the sampler and grader even when post-training moves nothing), and the logged step curves
