@@ -31,8 +31,9 @@ the official order and shape, so seeded fixture cases match too. Deliberate devi
 - SDAR temperature 0 is a SamplerError (upstream divides by zero); greedy is `top_k=1` as upstream.
 - SDAR: a block still masked after `denoising_steps` (only if the model commits the mask token) gets more steps with
   quota 1 (upstream raises IndexError).
-- Block samplers (SDAR, LLaDA2) take batches of equal-length prompts (rows are independent; a finished row is
-  frozen); left-padded batches are refused: the block grid is absolute, so padding would change the blocks.
+- Block samplers (SDAR, LLaDA2) decode equal-length prompts as one batch (rows are independent; a finished row is
+  frozen). The block grid is absolute, so a left-padded batch is decoded row by row (same tokens as one prompt at a
+  time, no joint trajectory) and laid out like the input (pads, prompt, canvas; right-filled with the mask id).
   LLaDA2 rows of different cut lengths are right-padded with the pad id. `eos_early_stop` needs batch 1.
 - Dream with `stop_at_eos` is refused (the official sampler always decodes the whole canvas).
 - LLaDA `stop_at_eos` (not in the official sampler; off by default): after a block, if every row has an eos / stop id
@@ -334,9 +335,9 @@ def _resolve(model, prompt_ids, attention_mask, settings: dict[str, Any]) -> dic
             raise SamplerError(f"unknown block convention {convention!r}; use one of {BLOCK_CONVENTIONS}")
         if not traits.is_block_diffusion and traits.logit_shift != 0:
             raise SamplerError("the block sampler needs a model whose logits are not shifted")
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise SamplerError("block diffusion samplers take equal-length prompts (no left padding): the block "
-                               "grid is absolute, so padding would change which tokens share a block")
+        if attention_mask is not None and not bool(attention_mask.bool().all()) and settings.get("return_trajectory"):
+            raise SamplerError("block diffusion decodes a left-padded batch row by row (the block grid is absolute), "
+                               "so it has no joint trajectory; pass equal-length prompts with return_trajectory")
         b = block_length or traits.block_size or 32
         if b > gen:
             raise SamplerError(f"block_length {b} is longer than gen_length {gen}")
@@ -353,7 +354,8 @@ def _resolve(model, prompt_ids, attention_mask, settings: dict[str, Any]) -> dic
             raise SamplerError(f"unknown remasking_strategy {strategy!r}; use one of {REMASKING_STRATEGIES}")
         minimal_topk = _check_int("minimal_topk", s.pop("minimal_topk", 1))
         eos_early_stop = bool(s.pop("eos_early_stop", False))
-        if eos_early_stop and (convention != "llada2" or prompt_ids.shape[0] != 1):
+        padded = attention_mask is not None and not bool(attention_mask.bool().all())
+        if eos_early_stop and (convention != "llada2" or prompt_ids.shape[0] != 1 or padded):
             raise SamplerError("eos_early_stop is the LLaDA2 sampler's batch-1 option (convention='llada2')")
         use_cache = use_cache or "exact"
         if use_cache not in ("exact", "none"):
@@ -398,7 +400,10 @@ def generate(model, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | Non
     t0 = time.perf_counter()
     try:
         if r["sampler"] == "block":
-            out = _block_generate(model, prompt_ids, r, run)
+            if attention_mask is not None and not bool(attention_mask.bool().all()):
+                out = _block_generate_rows(model, prompt_ids, attention_mask, r, run)
+            else:
+                out = _block_generate(model, prompt_ids, r, run)
         elif r["sampler"] == "dream" and r["official"]:
             out = _dream_generate(model, prompt_ids, attention_mask, r, run)
         else:
@@ -938,6 +943,31 @@ def _block_generate(model, prompt, r, run: _Run):
     for j, t in enumerate(rows):
         out[j, :t.shape[0]] = t
     return out, x, traj, 0
+
+
+def _block_generate_rows(model, prompt, am, r, run: _Run):
+    """Left-padded batch: each row decoded on its own (its block grid starts at its own first token), then laid out
+    like the input: row j = pads + its canvas, right-filled with the mask id (positions that row never had); the
+    generated region starts at the padded prompt width for every row. LLaDA2's cut answers are right-padded with
+    the pad id."""
+    pad_id = model.traits.pad_token_id
+    b_sz, p = prompt.shape
+    rows = []
+    for j in range(b_sz):
+        start = int((am[j] == 0).sum())
+        rows.append((start, _block_generate(model, prompt[j:j + 1, start:], r, run)))
+    width = max(start + out[1].shape[1] for start, out in rows)
+    canvas = torch.full((b_sz, width), r["mask_id"], dtype=torch.long, device=prompt.device)
+    for j, (start, out) in enumerate(rows):
+        canvas[j, :start] = prompt[j, :start]
+        canvas[j, start:start + out[1].shape[1]] = out[1][0]
+    if r["convention"] == "sdar":
+        return canvas, canvas, None, p
+    seq_w = max(out[0].shape[1] for _, out in rows)
+    sequences = torch.full((b_sz, seq_w), pad_id, dtype=torch.long, device=prompt.device)
+    for j, (_, out) in enumerate(rows):
+        sequences[j, :out[0].shape[1]] = out[0][0]
+    return sequences, canvas, None, 0
 
 
 def _block_traj(run, p, r, mask_id):

@@ -165,7 +165,24 @@ def test_invalid_block_settings_fail_before_any_forward(sdar, settings):
     assert model.calls == 0
 
 
-def test_padded_batch_is_refused(sdar):
-    am = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_left_padded_batch_equals_one_prompt_at_a_time(sdar, llada2, family):
+    model = sdar if family == "sdar" else llada2
+    a, b = _prompt(5, seed=1), _prompt(7, seed=2)
+    batch = torch.full((2, 7), model.traits.pad_token_id)
+    batch[0, 2:], batch[1] = a[0], b[0]
+    am = (torch.arange(7)[None] >= torch.tensor([[2], [0]])).long()
+    kw = dict(gen_length=8, block_length=4, top_k=1, convention=family)
+    out = generate(model, batch, am, **kw)
+    one = [generate(model, p, **kw) for p in (a, b)]
+    mask = model.traits.mask_token_id
+    for j, (o, p_len) in enumerate(zip(one, (5, 7))):
+        row = out.canvas[j, 7:]
+        row = row[row != mask] if family == "sdar" else row
+        gen = o.canvas[0, p_len:]
+        assert row[:gen.shape[0]].tolist() == gen.tolist()
+        if family == "llada2":
+            assert out.sequences[j, :o.sequences.shape[1]].tolist() == o.sequences[0].tolist()
+    assert out.stats.forwards == sum(o.stats.forwards for o in one)
     with pytest.raises(SamplerError):
-        generate(sdar, _prompt(4, batch=2), am, gen_length=8, block_length=4)
+        generate(model, batch, am, return_trajectory=True, **kw)
