@@ -8,7 +8,8 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --run                                   # run every baselined micro reproduction, then compare
     dare-bench check sft-llada-sudoku d1-llada-sudoku --run --junit check.xml
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
-    dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh
+    dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
+                                                             # keeping the overrides it pins (-o key=value: new ones)
     git diff reproductions/baselines/                        # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
@@ -269,14 +270,18 @@ def record_baselines(names: list[str], *, scale: str = "micro", seeds: int = DEF
     directory = bl.baselines_directory(baselines)
     plans = []
     for name in dict.fromkeys(names):
-        _, cfg = resolve(name, scale, list(overrides or []))
+        pinned = list(overrides or [])
+        existing = bl.baseline_path(directory, name, scale)
+        if overrides is None and existing.exists():
+            pinned = list(bl.load(existing).get("overrides", []))  # re-recording keeps what the baseline pinned
+        _, cfg = resolve(name, scale, pinned)
         first = list(cfg.profile.seeds)
-        plans.append((name, (first + [s for s in range(max(first) + 1, max(first) + 1 + seeds)])[:seeds]))
+        plans.append((name, pinned, (first + [s for s in range(max(first) + 1, max(first) + 1 + seeds)])[:seeds]))
     url = _resolve_db(db)
     written = []
     with fresh_home(not reuse_cache), pinned_threads(threads):
-        for name, seed_list in plans:
-            doc = bl.record(name, scale, seed_list, db=url, log=log, overrides=list(overrides or []))
+        for name, pinned, seed_list in plans:
+            doc = bl.record(name, scale, seed_list, db=url, log=log, overrides=pinned)
             path = bl.baseline_path(directory, name, scale)
             bl.write(path, doc)
             log(f"recorded {path} (seeds {seed_list}); review it with `git diff {path}` before committing")
@@ -359,7 +364,8 @@ def register(app: typer.Typer) -> None:
                                                             "checking (runs each with --seeds seeds)."),
         seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Seeds per baseline when recording."),
         override: Optional[List[str]] = typer.Option(None, "--override", "-o", help="key=value override pinned "
-                                                     "into the recorded baseline (repeatable; --record only)."),
+                                                     "into the recorded baseline (repeatable; --record only; "
+                                                     "default: the overrides the existing baseline pins)."),
         alpha: float = typer.Option(DEFAULT_ALPHA, "--alpha", help="Family-wise false-alarm rate of the checks."),
         baselines: Optional[str] = typer.Option(None, "--baselines", help="Baseline directory (default: "
                                                                           "$DARE_BENCH_BASELINES or "
@@ -375,7 +381,7 @@ def register(app: typer.Typer) -> None:
             if record:
                 for path in record_baselines(list(names or []), scale=scale, seeds=seeds, db=db,
                                              baselines=baselines, reuse_cache=reuse_cache,
-                                             overrides=list(override or []), threads=threads, log=log):
+                                             overrides=override or None, threads=threads, log=log):
                     typer.echo(str(path))
                 return
             if override:

@@ -211,3 +211,27 @@ def test_another_recording_environment_is_reported_never_failed(setup):
 
     assert entry["environment_changes"]["torch"] == ["0.0-recorded-elsewhere",
                                                      environment.package_versions()["torch"]]
+
+
+def test_re_recording_keeps_the_overrides_the_baseline_pins(setup, monkeypatch):
+    from dare_bench.check import baseline as bl
+
+    db, directory = setup
+    path = directory / f"{NAME}.micro.json"
+    doc = json.loads(path.read_text())
+    doc["overrides"] = ["base.steps=160", "base.start_step=160"]
+    path.write_text(json.dumps(doc))
+    calls = []
+
+    def fake_record(name, scale, seeds, *, db, log, overrides):
+        calls.append((name, scale, seeds, overrides))
+        return {**doc, "recorded_at": "again"}
+
+    monkeypatch.setattr(bl, "record", fake_record)
+    result = _check(db, directory, "--record", NAME)
+    assert result.exit_code == 0, result.output
+    assert calls == [(NAME, "micro", [0, 1, 2], doc["overrides"])]
+    assert json.loads(path.read_text())["recorded_at"] == "again"
+    result = _check(db, directory, "--record", NAME, "-o", "base.steps=80", "--seeds", "2")
+    assert result.exit_code == 0, result.output
+    assert calls[-1] == (NAME, "micro", [0, 1], ["base.steps=80"])
