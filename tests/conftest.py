@@ -1,15 +1,7 @@
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("DARE_BENCH_SHARED", REPO.parent / "shared"))
-PARITY = SHARED / "fixtures" / "parity"
-LOSSES = SHARED / "fixtures" / "losses"
-DARE_DATA = SHARED / "data" / "dare"
-CHECKPOINTS = SHARED / "data" / "checkpoints"
+from testpaths import CHECKPOINTS, DARE_DATA, LOSSES, PARITY, REPO, SHARED  # noqa: F401  (re-exported)
 
 # Tiny models: one thread is as fast as two and does not collapse when cores are shared (OpenMP spin-waits).
 torch.set_num_threads(1)

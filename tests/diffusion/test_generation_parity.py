@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from conftest import PARITY
+from testpaths import PARITY
 
 SETTING_KEYS = {
     "llada": ("steps", "gen_length", "block_length", "temperature", "cfg_scale", "remasking", "threshold",

@@ -208,7 +208,7 @@ def test_sampler_kind_follows_traits():
 
 def test_chat_template_path_with_the_real_dream_tokenizer(monkeypatch):
     """Paper-preset wiring minus the 7B forward: real Qwen2 tokenizer + chat template, real GSM8K items."""
-    from conftest import CHECKPOINTS, DARE_DATA
+    from testpaths import CHECKPOINTS, DARE_DATA
 
     ckpt = CHECKPOINTS / "Dream-v0-Instruct-7B"
     if not (ckpt / "vocab.json").exists() or not (DARE_DATA / "rl" / "test").exists():

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from conftest import PARITY
+from testpaths import PARITY
 
 FAMILIES = {"llada", "dream"}
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import CHECKPOINTS, PARITY
+from testpaths import CHECKPOINTS, PARITY
 from dare_bench.errors import CheckpointError, ConfigError
 from dare_bench.models import from_config, load_pretrained
 from dare_bench.models.io import save_pretrained

@@ -6,7 +6,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from conftest import PARITY
+from testpaths import PARITY
 from dare_bench.cli import app
 
 

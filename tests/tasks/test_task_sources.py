@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CHECKPOINTS, DARE_DATA
+from testpaths import CHECKPOINTS, DARE_DATA
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.tasks import get_task
 from dare_bench.tasks.base import Item

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import DARE_DATA
+from testpaths import DARE_DATA
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.tasks import get_task, list_tasks
 from dare_bench.tasks.base import Item, parse_hf_source

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import LOSSES
+from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import RolloutBatch, get_algorithm

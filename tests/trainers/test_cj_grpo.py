@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from conftest import LOSSES
+from testpaths import LOSSES
 from dare_bench.diffusion.sampling import generate
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.models.base import ModelTraits, shift_logits

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from conftest import LOSSES
+from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.common import (
     agg_loss,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import LOSSES
+from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.preference import (
     PreferenceConfig, PreferencePair, dpo_loss, interleave_pairs, train_preference, vrpo_loss,
