@@ -38,10 +38,13 @@ The tolerance rule, and why:
   poor estimate (and exactly 0 for a deterministic base evaluation); the item term is the binomial / bootstrap
   standard error of a mean over the n evaluated items, i.e. what resampling which items come out right does to the
   score. Taking the larger avoids counting the same noise twice (the seed spread already contains it).
-* The item variance has a Laplace floor q(1 - q), q = 1/(n + 2) (one pseudo-item of each extreme): a metric that is
-  0 (or 1) on every item still has a standard error, of about one item in n, so a perfectly deterministic baseline
-  tolerates cross-machine flips of an item or two but not a real shift. Curves get the per-step within-batch
-  floor reward_std^2 / rollouts, and a numeric floor (1e-4 relative) for loss curves that do not depend on the seed.
+* For 0/1 items (accuracy) the item variance is Laplace-smoothed, p~(1 - p~) with p~ = (x + 1)/(n + 2) (one
+  pseudo-item of each outcome): a metric that is 0 (or 1) on every item still has a standard error, of about one
+  item in n, so a perfectly deterministic baseline tolerates cross-machine flips of an item or two but not a real
+  shift. Continuous items (score, mean_reward) use their sample variance (the bootstrap standard error), with the
+  same Laplace floor only when every item has the same value. Curves get the per-step within-batch floor
+  reward_std^2 / rollouts, and a numeric floor (1e-4 relative, 1e-6 absolute) for values that do not depend on the
+  seed (e.g. a GRPO loss that is 0 by construction).
 * Fail when |current - recorded mean| > z * sigma with z = Phi^-1(1 - alpha / 2m), m = the number of tests in this
   invocation (Bonferroni): the chance that *any* check of an unchanged tree fails is below alpha (`--alpha`,
   default 0.01), whatever the size of the CI set. Both directions fail: an unexplained rise is also a change to

@@ -3,7 +3,8 @@
 The rule (justified in `dare_bench/check/__init__.py`'s docstring):
 
     sigma^2   = max(seed variance, item variance / n) * (1 + 1/K)      # one new run vs the mean of K recorded seeds
-    item var  = max(sample variance over items, q (1 - q) R^2),  q = 1 / (n + 2)   # Laplace: never zero
+    item var  = p~(1 - p~), p~ = (x + 1)/(n + 2) for 0/1 items (Laplace: never zero); else the sample variance
+                (bootstrap), or q(1 - q) R^2 with q = 1/(n + 2) when every item has the same value
     fail when |current - baseline mean| > z * sigma,  z = Phi^-1(1 - alpha / (2 m))  # Bonferroni over m checks
 
 Curves (reward, loss): per-step residuals against the mean recorded curve; their mean is z-tested with the per-step
@@ -46,18 +47,25 @@ def sample_var(xs: Sequence[float]) -> float:
 
 
 def item_variance(items: Sequence[float]) -> float:
-    """Per-item variance with a Laplace floor: as if one pseudo-item of either extreme were added.
+    """Per-item variance of a metric: what its standard error over n items (binomial / bootstrap) is built on.
 
-    For a 0/1 metric this is the Laplace-smoothed binomial variance at the extremes (all wrong: q = 1/(n+2)), so a
-    metric that is 0 on every item still has a non-zero standard error; for a continuous score the floor is scaled
-    by its range R (1 for scores in [0, 1]).
+    0/1 items: the Laplace-smoothed binomial variance p~(1 - p~), p~ = (x + 1)/(n + 2), so a metric that is 0 (or 1)
+    on every item keeps a standard error of about one item in n. Continuous items: the sample variance (the bootstrap
+    standard error squared, times n); when every item has the same value, the Laplace floor q(1 - q) R^2 of an
+    all-zero binary metric, q = 1/(n + 2), scaled by the metric's range R (1 for scores in [0, 1]).
     """
     n = len(items)
     if n == 0:
         return 0.0
+    if all(x in (0.0, 1.0) for x in items):
+        p = (sum(items) + 1.0) / (n + 2.0)
+        return p * (1.0 - p)
+    v = sample_var(items)
+    if v > 0.0:
+        return v
     q = 1.0 / (n + 2)
     scale = max(1.0, max(abs(x) for x in items))
-    return max(sample_var(items), q * (1.0 - q) * scale * scale)
+    return q * (1.0 - q) * scale * scale
 
 
 @dataclass

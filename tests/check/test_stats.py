@@ -47,7 +47,8 @@ def test_a_deterministic_all_zero_baseline_tolerates_an_item_flip_but_not_a_shif
 
 
 def test_item_variance_floor_scales_with_the_range():
-    assert stats.item_variance([0.0] * 16) == stats.item_variance([1.0] * 16) > 0
+    assert abs(stats.item_variance([0.0] * 16) - stats.item_variance([1.0] * 16)) < 1e-15
+    assert stats.item_variance([0.0] * 16) > 0
     assert abs(stats.item_variance([3.0] * 16) - 9 * stats.item_variance([1.0] * 16)) < 1e-12
     spread = [0.2, 0.6] * 8  # continuous: the bootstrap (sample) variance
     assert stats.item_variance(spread) == stats.sample_var(spread)
