@@ -40,6 +40,17 @@ the official order and shape, so seeded fixture cases match too. Deliberate devi
   in its generated part, the remaining masks become eos and decoding stops.
 - Block samplers with `use_cache="exact"` (default) store a finished block's keys / values in the next block's first
   forward instead of a separate commit forward (same tokens, one model call fewer per block).
+
+Upstream quirks kept on purpose: LLaDA's confidence softmax runs in the logits' dtype (current generate.py) but in
+float64 under `threshold` (Fast-dLLM); earlier-block leftovers stay eligible; the mask token is never suppressed.
+Dream uses the batch-mean mask count with int() truncation (so a row that commits the mask token changes the other
+rows' quotas) and `origin` draws torch.rand even at temperature 0. SDAR asks topk for the scheduled count even when
+fewer masks are left (rewriting unmasked positions); `sequential` may rewrite too. LLaDA2 `temperature=0` still
+samples (multinomial), `steps = min(steps, gen_length // minimal_topk)`, returns only the generated tokens cut after
+the first eos, and `eos_early_stop` returns prompt + tokens (searching eos from position 0). EOSER's factor uses the
+step index inside the block over the total step count (as CJ-GRPO eval/generate.py).
+Known open mismatch: the Dream fixture `gen_entropy_padded_b2` (entropy, left-padded batch of 2) is not reproduced,
+although every other Dream case is and our output equals one-prompt-at-a-time decoding (test xfails with a note).
 """
 
 from __future__ import annotations
