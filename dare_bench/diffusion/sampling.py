@@ -888,8 +888,10 @@ def _block_generate(model, prompt, r, run: _Run):
             if not bool(mask_index.any()):
                 break
             if step >= steps:
-                if conv == "llada2":
-                    break  # upstream leaves the block as it is after `steps` steps
+                if conv == "llada2" or step >= steps + b:
+                    # upstream LLaDA2 leaves the block as it is after `steps` steps; SDAR gets at most b extra
+                    # one-token steps, so a model that keeps predicting the mask token cannot loop forever
+                    break
                 quota = 1  # upstream would index past its schedule here
             else:
                 quota = sched[step]

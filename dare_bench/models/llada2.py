@@ -115,7 +115,8 @@ class LLaDA2Gate(nn.Module):
         if self.num_experts % self.n_group:
             raise CheckpointError(f"LLaDA2 config: num_experts {self.num_experts} not divisible by n_group "
                                   f"{self.n_group}")
-        self.weight = nn.Parameter(torch.empty(self.num_experts, cfg["hidden_size"]))
+        # zeros until loaded or init_weights(): never uninitialised memory (NaN routing)
+        self.weight = nn.Parameter(torch.zeros(self.num_experts, cfg["hidden_size"]))
         # persistent: the released checkpoints carry the trained (aux-loss-free balancing) bias
         self.register_buffer("expert_bias", torch.zeros(self.num_experts))
 

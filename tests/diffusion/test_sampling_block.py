@@ -186,3 +186,26 @@ def test_left_padded_batch_equals_one_prompt_at_a_time(sdar, llada2, family):
     assert out.stats.forwards == sum(o.stats.forwards for o in one)
     with pytest.raises(SamplerError):
         generate(model, batch, am, return_trajectory=True, **kw)
+
+
+def test_block_decoding_ends_when_the_model_only_predicts_the_mask_token():
+    """A (badly trained) model whose argmax is always the mask token must not make the sampler loop forever."""
+    import torch
+
+    from dare_bench.diffusion.sampling import generate
+    from dare_bench.models import load_pretrained
+
+    model = load_pretrained("tiny-sdar")
+    mask_id = model.traits.mask_token_id
+    real_forward = model.forward
+
+    def mask_loving(*args, **kwargs):
+        logits = real_forward(*args, **kwargs)
+        logits[..., mask_id] = 1e4
+        return logits
+
+    model.forward = mask_loving
+    out = generate(model, torch.tensor([[1, 2, 3, 4]]), gen_length=8, block_length=4, denoising_steps=2,
+                   temperature=1.0, top_k=1)
+    assert out.sequences.shape[1] >= 12
+    assert out.stats.forwards < 40
