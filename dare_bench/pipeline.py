@@ -55,12 +55,13 @@ class ReproduceResult:
     modified: bool = False
     message: str = ""
     plan: dict[str, Any] = field(default_factory=dict)
+    final_model: str | None = None  # directory of the trained model (HF checkpoint, or PEFT adapters for LoRA)
 
     def to_json(self) -> dict[str, Any]:
         keys = ("run_id", "name", "scale", "status", "base_metrics", "metrics", "wall_seconds", "db")
         out = {k: getattr(self, k) for k in keys}
         out.update(seed=self.seed, config_hash=self.config_hash, modified=self.modified,
-                   stage_seconds=self.stage_seconds, reward_curve=self.reward_curve)
+                   stage_seconds=self.stage_seconds, reward_curve=self.reward_curve, final_model=self.final_model)
         if self.message:
             out["message"] = self.message
         if self.plan:
@@ -181,6 +182,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     with atomic_directory(directory) as tmp:
         model.save_pretrained(tmp / "model", tokenizer=tokenizer)
         atomic_write_json(tmp / "base.json", {"key": key, "losses": result.losses, "seconds": result.seconds})
+    model.name_or_path = str(model_dir)  # LoRA adapters record it as their base
     return model, directory, False
 
 
@@ -321,6 +323,9 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
     else:  # "none": evaluate the base as it is
         final_step = 0
     stages["train"] = time.perf_counter() - t0
+    if train.kind != "none":
+        save_final_model(model, tokenizer, run_dir / "final")
+        result.final_model = str(run_dir / "final")
 
     t0 = time.perf_counter()
     if train.kind == "none":
@@ -342,6 +347,17 @@ def _train_items_needed(cfg) -> int | None:
     needed = max(cfg.profile.base.start_step * cfg.profile.base.batch_size,
                  (train.steps or 1) * (train.batch_prompts or 1), 256)
     return needed if needed < 20000 else None
+
+
+def save_final_model(model, tokenizer, directory: Path) -> None:
+    """The trained model, atomically: a Hugging Face checkpoint dir, or PEFT-format adapters for LoRA runs (both load
+    with `dare-bench eval --model DIR`)."""
+    with atomic_directory(directory) as tmp:
+        if hasattr(model, "peft_config"):
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+        else:
+            model.save_pretrained(tmp, tokenizer=tokenizer)
 
 
 def _new_uid() -> str:
@@ -374,11 +390,11 @@ def _metrics_sink(store, run_id: int, result: ReproduceResult):
 
 
 def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, grader):
-    from dare_bench.trainers.sft import LoraSettings, SFTConfig, apply_lora, train_sft
+    from dare_bench.trainers.lora import apply_lora
+    from dare_bench.trainers.sft import SFTConfig, train_sft
 
     if train.lora is not None:
-        model = apply_lora(model, LoraSettings(r=train.lora.r, alpha=train.lora.alpha, dropout=train.lora.dropout,
-                                               target_modules=train.lora.target_modules))
+        model = apply_lora(model, train.lora)
     steps = train.steps or 1
     cfg = SFTConfig(steps=steps, lr=train.lr, batch_size=train.batch_prompts or 32, warmup_steps=train.warmup_steps,
                     weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=seed + 1)

@@ -222,6 +222,11 @@ def load_model(model_ref, task, *, device: str = "cpu", dtype: str = "float32", 
 
     from dare_bench.models import load_pretrained, load_tokenizer
 
+    if path.is_dir() and (path / "adapter_config.json").exists():
+        model, base_dir = load_adapter_checkpoint(path, dtype=dtype, device=device)
+        tok_dir = path if ((path / "tokenizer.json").exists() or (path / "vocab.json").exists()) else base_dir
+        tok = tokenizer if tokenizer is not None else load_tokenizer(str(tok_dir))
+        return LoadedModel(model, tok, ref, _is_tiny(model), str(path.resolve()))
     if path.is_dir():
         model = load_pretrained(str(path), dtype=dtype, device=device)
         tok = tokenizer if tokenizer is not None else load_tokenizer(str(path))
@@ -246,6 +251,25 @@ def load_model(model_ref, task, *, device: str = "cpu", dtype: str = "float32", 
     model = model.to(device=device, dtype=resolve_dtype(dtype)).eval()
     model.name_or_path = ref
     return LoadedModel(model, tok, ref, True, None)
+
+
+def load_adapter_checkpoint(path: Path, *, dtype: str = "float32", device: str = "cpu"):
+    """A PEFT (LoRA) adapter directory: its base checkpoint (`base_model_name_or_path`, a local directory) with the
+    adapters applied. Returns (model, base directory)."""
+    from dare_bench.models import load_pretrained
+
+    try:
+        adapter_cfg = json.loads((path / "adapter_config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path / 'adapter_config.json'}: unreadable adapter config ({exc})") from None
+    base = adapter_cfg.get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise CheckpointError(f"{path / 'adapter_config.json'}: base_model_name_or_path {base!r} is not a local "
+                              "checkpoint directory")
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(load_pretrained(base, dtype=dtype, device=device), str(path))
+    return model.eval(), Path(base)
 
 
 def _task_tokenizer(task):

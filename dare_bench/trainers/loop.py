@@ -48,6 +48,7 @@ import torch
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
+from dare_bench.trainers.lora import apply_lora, default_lora_targets  # noqa: F401  (re-exported)
 from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
@@ -171,25 +172,6 @@ def build_scheduler(optimizer, name: str, warmup_steps: int, total_steps: int):
 
 
 # --- LoRA / reference -------------------------------------------------------------------------------------------
-def default_lora_targets(model) -> list[str]:
-    """Every Linear except the output head (a Linear whose outputs are the vocabulary)."""
-    vocab = {m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    return [name for name, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and m.out_features not in vocab]
-
-
-def apply_lora(model, lora) -> Any:
-    """Wrap `model` with LoRA adapters (peft). The adapters start at B = 0, so the first forward equals the base."""
-    if lora.quant_4bit:
-        raise ConfigError("train.lora.quant_4bit (a 4-bit quantised base) needs bitsandbytes on CUDA and is not "
-                          "implemented; override train.lora.quant_4bit=false to train LoRA on the full-precision base")
-    import peft
-
-    targets = lora.target_modules or default_lora_targets(model)
-    config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
-    return peft.get_peft_model(model, config)
-
-
 class AdapterDisabled:
     """The LoRA policy with its adapters switched off: the reference model without a second copy of the weights."""
 

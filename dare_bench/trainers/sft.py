@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import shift_logits
+from dare_bench.trainers.lora import apply_lora  # noqa: F401  (re-exported for callers of this module)
 
 
 @dataclass
@@ -49,7 +50,6 @@ class SFTConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-3  # LLaDA's minimum mask rate
     seed: int = 0
-    lora: LoraSettings | None = None
     log_every: int = 10
 
     def __post_init__(self):
@@ -124,26 +124,6 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
     ce = ce.view(clean.shape) * masked / p[:, None]
     per_example = ce.sum(dim=1) / answer_lengths.to(device).clamp(min=1)
     return per_example.mean()
-
-
-def apply_lora(model, settings: LoraSettings):
-    """Wrap `model` with peft LoRA adapters (B initialised to zero, so the wrapped model equals the base at step 0)."""
-    from peft import LoraConfig, get_peft_model
-
-    targets = list(settings.target_modules) if settings.target_modules else _default_lora_targets(model)
-    cfg = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout, target_modules=targets)
-    return get_peft_model(model, cfg)
-
-
-def _default_lora_targets(model) -> list[str]:
-    """Every nn.Linear inside the decoder (full module names, so LLaDA's block `ff_out` is not confused with its LM
-    head `transformer.ff_out`), excluding the LM head: the Linear producing vocabulary-sized outputs."""
-    vocab = max(m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding))
-    names = [name for name, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and m.out_features != vocab]
-    if not names:
-        raise ConfigError("no nn.Linear modules found for LoRA")
-    return names
 
 
 def warmup_constant_lambda(warmup_steps: int) -> Callable[[int], float]:

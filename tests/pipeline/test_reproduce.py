@@ -149,3 +149,17 @@ def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatc
     runs = Store(db).latest_runs(reproduction="d1-llada-sudoku")
     assert [r["status"] for r in runs[:3]] == ["finished", "failed", "finished"]
     assert len(Store(db).metrics(resumed.run_id)) == len(full.reward_curve)
+
+
+def test_lora_run_saves_peft_adapters_the_evaluator_loads(db):
+    r = _run("reproduce", "lora-llada-sudoku", "--scale", "micro", "--db", db, "--json")
+    assert r.exit_code == 0, r.output
+    out = _json_tail(r.output)
+    from pathlib import Path
+
+    final = Path(out["final_model"])
+    assert (final / "adapter_config.json").exists() and (final / "adapter_model.safetensors").exists()
+    assert not (final / "model.safetensors").exists()  # adapters only, in PEFT format
+    ev = _run("eval", "--model", str(final), "--task", "sudoku", "--preset", "micro", "--limit", "4", "--json")
+    assert ev.exit_code == 0, ev.output
+    assert _json_tail(ev.output)["metrics"]["n"] == 4
