@@ -132,8 +132,13 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     return _hash([vocab, specials])
 
 
-def sft_examples(task, tokenizer, items, template: Any = "plain", grader: str | None = None) -> list:
-    """Prompt (plain for tiny replicas, else the chat template) + gold answer + EOS for every item."""
+def sft_examples(task, tokenizer, items, template: Any = "plain", grader: str | None = None,
+                 pad_to: int | None = None) -> list:
+    """Prompt (plain for tiny replicas, else the chat template) + gold answer + EOS for every item.
+
+    `pad_to`: answers are padded with EOS up to this many tokens (the generation length), as LLaDA's SFT recipe pads
+    answers with <EOS> to the full length: the model then learns to fill the rest of the canvas with EOS instead of
+    meeting positions at decoding time that it never saw in training."""
     from dare_bench.trainers.sft import SFTExample
 
     eos = tokenizer.eos_token_id
@@ -143,7 +148,21 @@ def sft_examples(task, tokenizer, items, template: Any = "plain", grader: str | 
     # The gold completion in the form the run's grader reads (the shortest one that grader accepts).
     answers = tokenizer([task.format_answer(item, grader=grader) for item in items],
                         add_special_tokens=False)["input_ids"]
-    return [SFTExample(p, a + [eos]) for p, a in zip(prompts, answers)]
+    out = []
+    for p, a in zip(prompts, answers):
+        answer = a + [eos]
+        if pad_to is not None and len(answer) < pad_to:
+            answer = answer + [eos] * (pad_to - len(answer))
+        out.append(SFTExample(p, answer))
+    return out
+
+
+def _answer_length(cfg) -> int:
+    """Completion length the run decodes (evaluation and rollouts): the SFT answers are EOS-padded to it."""
+    lengths = [cfg.profile.eval.sampler.gen_length]
+    if cfg.profile.train.rollout is not None:
+        lengths.append(cfg.profile.train.rollout.gen_length)
+    return max(lengths)
 
 
 def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log: Log, progress: bool):
@@ -159,7 +178,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     key = {
         "version": BASE_RECIPE_VERSION, "preset": cfg.profile.model.preset, "task": cfg.task,
         "recipe": base.model_dump(), "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint,
-        "grader": cfg.grader,
+        "grader": cfg.grader, "answer_length": _answer_length(cfg),
     }
     digest = _hash(key)[:16]
     directory = dare_bench_home() / "bases" / f"{cfg.backbone}-{cfg.task}-{cfg.scale}-{digest}"
@@ -172,7 +191,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
         torch.manual_seed(base.seed)
         model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
         model.init_weights()
-    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader)
+    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader, pad_to=_answer_length(cfg))
     # The post-training start is an (under-trained) SFT checkpoint: train exactly to `start_step`.
     sft_cfg = SFTConfig(steps=base.start_step, lr=base.lr, batch_size=base.batch_size,
                         warmup_steps=base.warmup_steps, weight_decay=base.weight_decay,
@@ -317,7 +336,7 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
         result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     elif train.kind == "sft":
         model, final_step = _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template,
-                                          cfg.grader)
+                                          cfg.grader, _answer_length(cfg))
     elif train.kind == "preference":
         model, final_step = _train_vrpo(model, task, tokenizer, train_data, cfg, seed, sink, progress, template)
     else:  # "none": evaluate the base as it is
@@ -389,7 +408,7 @@ def _metrics_sink(store, run_id: int, result: ReproduceResult):
     return sink
 
 
-def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, grader):
+def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progress, template, grader, pad_to):
     from dare_bench.trainers.lora import apply_lora
     from dare_bench.trainers.sft import SFTConfig, train_sft
 
@@ -398,7 +417,7 @@ def _continue_sft(model, task, tokenizer, train_data, train, seed, sink, progres
     steps = train.steps or 1
     cfg = SFTConfig(steps=steps, lr=train.lr, batch_size=train.batch_prompts or 32, warmup_steps=train.warmup_steps,
                     weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=seed + 1)
-    train_sft(model, sft_examples(task, tokenizer, train_data, template, grader), cfg, sink=sink, progress=progress)
+    train_sft(model, sft_examples(task, tokenizer, train_data, template, grader, pad_to), cfg, sink=sink, progress=progress)
     return model, steps
 
 
