@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
@@ -106,6 +106,17 @@ class AlgorithmConfig(BaseModel):
     advantage: str | None = None  # "mean" | "mean_std" | "leave_one_out"; None = the algorithm's default
     clip_ratio_c: float | None = None  # verl dual-clip cap of the ratio for A < 0; None = plain PPO clip
     kl_estimator: str = "k3"  # k1 | k2 | k3 (low_var_kl) | abs
+
+    @model_validator(mode="after")
+    def _shared_ranges(self) -> "AlgorithmConfig":
+        # Here, not in each plug-in: subclasses that redefine a field (e.g. BGPO's dual clip on by default) keep it.
+        if self.clip_eps_high is not None and self.clip_eps_high <= 0:
+            raise ValueError(f"clip_eps_high must be > 0, got {self.clip_eps_high}")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
+            raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.kl_beta < 0:
+            raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}")
+        return self
 
 
 class Algorithm:

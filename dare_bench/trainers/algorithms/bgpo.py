@@ -179,10 +179,6 @@ class BGPO(Algorithm):
             raise ConfigError(f"bgpo: unknown advantage {c.advantage!r}")
         if not 0 < c.clip_eps < 1 or (c.clip_eps_high is not None and c.clip_eps_high <= 0):
             raise ConfigError(f"bgpo: need 0 < clip_eps < 1 and clip_eps_high > 0, got {c.clip_eps}, {c.clip_eps_high}")
-        if c.clip_ratio_c is not None and c.clip_ratio_c <= 1:
-            raise ConfigError(f"bgpo: clip_ratio_c must be > 1, got {c.clip_ratio_c}")
-        if c.kl_beta < 0:
-            raise ConfigError(f"bgpo: kl_beta must be >= 0, got {c.kl_beta}")
 
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return group_advantages(rewards, group_size, self.config.advantage or "mean_std")

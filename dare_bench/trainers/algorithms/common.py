@@ -257,3 +257,16 @@ __all__ = [
     "dare_kl_penalty", "group_advantages", "grpo_outcome_advantage", "kl_estimate", "masked_mean", "model_logits",
     "policy_loss", "token_logprobs",
 ]
+
+
+# Upstream (d1, DiffuCoder, SPG): one mask seed per inner iteration from torch.randint(0, 2**12, ...), or seed 42 for
+# every iteration when `random_masking` is off.
+MASK_SEED_RANGE = 2**12
+FIXED_MASK_SEED = 42
+
+
+def iteration_mask_seeds(generator: torch.Generator, num_iterations: int, random_masking: bool) -> list[int]:
+    """The mask seed of each of the μ inner iterations, shared by the old, reference and new log-probs."""
+    if not random_masking:
+        return [FIXED_MASK_SEED] * num_iterations
+    return torch.randint(0, MASK_SEED_RANGE, (num_iterations,), generator=generator).tolist()

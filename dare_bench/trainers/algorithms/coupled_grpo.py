@@ -38,6 +38,7 @@ from dare_bench.trainers.algorithms.base import (
 )
 from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
+    iteration_mask_seeds,
     agg_loss,
     check_agg_mode,
     check_kl_kind,
@@ -47,8 +48,6 @@ from dare_bench.trainers.algorithms.common import (
     policy_loss,
 )
 
-MASK_SEED_RANGE = 2**12
-FIXED_MASK_SEED = 42
 
 
 class CoupledGRPOConfig(AlgorithmConfig):
@@ -81,21 +80,13 @@ class CoupledGRPO(Algorithm):
         check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "leave_one_out", "mean", "mean_std"):
             raise ConfigError(f"coupled_grpo: unknown advantage {c.advantage!r}")
-        if c.clip_eps_high is not None and c.clip_eps_high <= 0:
-            raise ConfigError(f"clip_eps_high must be > 0, got {c.clip_eps_high}")
-        if c.clip_ratio_c is not None and c.clip_ratio_c <= 1:
-            raise ConfigError(f"clip_ratio_c must be > 1, got {c.clip_ratio_c}")
-        if c.kl_beta < 0:
-            raise ConfigError(f"kl_beta must be >= 0, got {c.kl_beta}")
 
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return group_advantages(rewards, group_size, self.config.advantage or "leave_one_out")
 
     # --- estimator ------------------------------------------------------------------------------------------------
     def mask_seeds(self, generator: torch.Generator, num_iterations: int) -> list[int]:
-        if not self.config.random_masking:
-            return [FIXED_MASK_SEED] * num_iterations
-        return torch.randint(0, MASK_SEED_RANGE, (num_iterations,), generator=generator).tolist()
+        return iteration_mask_seeds(generator, num_iterations, self.config.random_masking)
 
     def draw(self, batch: RolloutBatch, seed: int):
         """The three coupled copies of iteration seed `seed`; one t for the whole batch, as upstream."""

@@ -43,6 +43,7 @@ from dare_bench.trainers.algorithms.base import (
     register_algorithm,
 )
 from dare_bench.trainers.algorithms.common import (
+    iteration_mask_seeds,
     agg_loss,
     check_agg_mode,
     check_kl_kind,
@@ -54,8 +55,6 @@ from dare_bench.trainers.algorithms.common import (
     token_logprobs,
 )
 
-MASK_SEED_RANGE = 2**12  # upstream: torch.randint(0, 2**12, (num_iterations,))
-FIXED_MASK_SEED = 42  # upstream with random_masking=False
 
 
 class D1Config(AlgorithmConfig):
@@ -80,12 +79,6 @@ class D1(Algorithm):
         check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "mean", "mean_std"):
             raise ConfigError(f"d1 advantage must be 'mean' (d1) or 'mean_std' (DARE), got {c.advantage!r}")
-        if c.clip_eps_high is not None and c.clip_eps_high <= 0:
-            raise ConfigError(f"clip_eps_high must be > 0, got {c.clip_eps_high}")
-        if c.clip_ratio_c is not None and c.clip_ratio_c <= 1:
-            raise ConfigError(f"clip_ratio_c must be > 1, got {c.clip_ratio_c}")
-        if c.kl_beta < 0:
-            raise ConfigError(f"kl_beta must be >= 0, got {c.kl_beta}")
 
     # --- advantages -----------------------------------------------------------------------------------------------
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -93,9 +86,7 @@ class D1(Algorithm):
 
     # --- estimator ------------------------------------------------------------------------------------------------
     def mask_seeds(self, generator: torch.Generator, num_iterations: int) -> list[int]:
-        if not self.config.random_masking:
-            return [FIXED_MASK_SEED] * num_iterations
-        return torch.randint(0, MASK_SEED_RANGE, (num_iterations,), generator=generator).tolist()
+        return iteration_mask_seeds(generator, num_iterations, self.config.random_masking)
 
     def draw_masks(self, batch: RolloutBatch, seed: int) -> torch.Tensor:
         """bool `[N, P + C]`: prompt tokens masked w.p. p_mask_prompt, every completion position masked."""

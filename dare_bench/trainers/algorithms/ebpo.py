@@ -133,12 +133,8 @@ class EBPO(Algorithm):
             raise ConfigError(f"ebpo: unknown kl_estimator {c.kl_estimator!r}; expected one of {list(EBPO_KL)}")
         if not 0 < c.clip_eps < 1 or (c.clip_eps_high is not None and c.clip_eps_high <= 0):
             raise ConfigError(f"ebpo: need 0 < clip_eps < 1 and clip_eps_high > 0, got {c.clip_eps}, {c.clip_eps_high}")
-        if c.clip_ratio_c is not None and c.clip_ratio_c <= 1:
-            raise ConfigError(f"ebpo: clip_ratio_c must be > 1, got {c.clip_ratio_c}")
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):
             raise ConfigError(f"ebpo: unknown advantage {c.advantage!r}")
-        if c.kl_beta < 0:
-            raise ConfigError(f"ebpo: kl_beta must be >= 0, got {c.kl_beta}")
 
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return group_advantages(rewards, group_size, self.config.advantage or "mean_std")

@@ -46,10 +46,7 @@ from dare_bench.trainers.algorithms.base import (
     register_algorithm,
 )
 from dare_bench.trainers.algorithms.bgpo import elbo_layout
-from dare_bench.trainers.algorithms.common import group_advantages
-
-MASK_SEED_RANGE = 2**12
-FIXED_MASK_SEED = 42
+from dare_bench.trainers.algorithms.common import group_advantages, iteration_mask_seeds
 
 
 def spg_sequence_logps(per_token_logps: torch.Tensor, per_token_probs: torch.Tensor, perturb: torch.Tensor,
@@ -145,9 +142,7 @@ class SPG(Algorithm):
         return self.config.num_t or self.config.mc_samples
 
     def mask_seeds(self, generator: torch.Generator, num_iterations: int) -> list[int]:
-        if not self.config.random_masking:
-            return [FIXED_MASK_SEED] * num_iterations
-        return torch.randint(0, MASK_SEED_RANGE, (num_iterations,), generator=generator).tolist()
+        return iteration_mask_seeds(generator, num_iterations, self.config.random_masking)
 
     def draw(self, batch: RolloutBatch, seed: int):
         from dare_bench.diffusion.masking import spg_block_masks
