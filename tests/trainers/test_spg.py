@@ -12,27 +12,14 @@ from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.spg import spg_policy_loss, spg_sequence_logps
-from rl_fakes import EOS, MASK, PAD, micro_llada
+from rl_fakes import EOS, MASK, PAD, micro_llada, toy_rollout_batch
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                      attention="bidirectional")
 
 
 def _batch(n_prompts=2, g=3, p=4, c=8, seed=0) -> RolloutBatch:
-    gen = torch.Generator().manual_seed(seed)
-    n = n_prompts * g
-    prompt = torch.randint(0, 10, (n, p), generator=gen)
-    pmask = torch.ones(n, p, dtype=torch.long)
-    prompt[g:, 0] = PAD
-    pmask[g:, 0] = 0
-    comp = torch.randint(0, 10, (n, c), generator=gen)
-    cmask = torch.ones(n, c, dtype=torch.long)
-    for r in range(n):
-        end = 2 + r % (c - 1)
-        comp[r, end - 1:] = EOS
-        cmask[r, end:] = 0
-    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.1])[:n]
-    return RolloutBatch(prompt, pmask, comp, cmask, rewards, group_size=g)
+    return toy_rollout_batch(n_prompts, g, p, c, seed)
 
 
 # --- official fixture ---------------------------------------------------------------------------------------------
