@@ -112,9 +112,9 @@ def paths_for(model, gen_length: int, threshold: float, block_sampling: str = "g
     block = min(32, gen_length)
     if traits.logit_shift == 1:
         return [
-            ("vanilla", {"gen_length": gen_length, "steps": gen_length, "alg": "maskgit_plus"}),
-            ("dual+threshold", {"gen_length": gen_length, "alg": "maskgit_plus", "block_length": block,
-                                "threshold": threshold, "use_cache": "dual"}),
+            ("vanilla", {"gen_length": gen_length, "steps": gen_length, "alg": "maskgit_plus", "temperature": 0.0}),
+            ("dual+threshold", {"gen_length": gen_length, "alg": "maskgit_plus", "temperature": 0.0,
+                                "block_length": block, "threshold": threshold, "use_cache": "dual"}),
         ]
     base = {"gen_length": gen_length, "block_length": block}
     return [

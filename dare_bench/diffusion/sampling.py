@@ -49,8 +49,9 @@ fewer masks are left (rewriting unmasked positions); `sequential` may rewrite to
 samples (multinomial), `steps = min(steps, gen_length // minimal_topk)`, returns only the generated tokens cut after
 the first eos, and `eos_early_stop` returns prompt + tokens (searching eos from position 0). EOSER's factor uses the
 step index inside the block over the total step count (as CJ-GRPO eval/generate.py).
-Known open mismatch: the Dream fixture `gen_entropy_padded_b2` (entropy, left-padded batch of 2) is not reproduced,
-although every other Dream case is and our output equals one-prompt-at-a-time decoding (test xfails with a note).
+Dream settings left out of the call take the official call's effective defaults (`DREAM_CALL_DEFAULTS`: temperature
+1.0, top_k 50, top_p 1.0, inherited by upstream from transformers' PretrainedConfig), not DreamGenerationConfig's
+nominal ones (temperature 0.0, top_k / top_p None); pass them explicitly (None = no filter) to choose.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ _ONLY = {
               "eos_early_stop"},
 }
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+# what the official Dream call uses for settings it is not given (see the Dream branch of `_resolve`)
+DREAM_CALL_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
 REMASKING = ("low_confidence", "random")
 REMASKING_STRATEGIES = ("low_confidence_static", "low_confidence_dynamic", "sequential")
 BLOCK_CONVENTIONS = ("sdar", "llada2")
@@ -322,6 +325,16 @@ def _resolve(model, prompt_ids, attention_mask, settings: dict[str, Any]) -> dic
         if use_cache not in ("none", "prefix", "dual"):
             raise SamplerError(f"use_cache {use_cache!r} is not one of ('none', 'prefix', 'dual') for MDLM")
         steps = steps if steps is not None else 512
+        # Left-out settings take the values the official diffusion_generate ends up with (transformers 4.46):
+        # DreamGenerationConfig.from_model_config(config) inherits PretrainedConfig's generation defaults, so a call
+        # without them samples at temperature 1.0 with top_k 50 (the fixture gen_entropy_padded_b2 depends on it).
+        # An explicit None means "no filter", as upstream.
+        if "temperature" not in settings:
+            temperature = DREAM_CALL_DEFAULTS["temperature"]
+        if "top_k" not in settings:
+            top_k = DREAM_CALL_DEFAULTS["top_k"]
+        if "top_p" not in settings:
+            top_p = DREAM_CALL_DEFAULTS["top_p"]
         official = threshold is None and use_cache == "none" and block_length in (None, gen)
         r.update(alg=alg, alg_temp=alg_temp, eps=eps, temperature=float(temperature or 0.0), top_p=top_p,
                  top_k=top_k, threshold=threshold, use_cache=use_cache, steps=steps, official=official,

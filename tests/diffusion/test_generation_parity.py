@@ -84,7 +84,9 @@ def test_generation_matches_official(fixture_dir, family, name, cache):
     else:
         prompt = tensors["gen_prompt_ids"]
         attention_mask = None
-    settings = {k: case[k] for k in SETTING_KEYS[family] if k in case}
+    # cases.json records null for settings the official harness did not pass (it passes only set values): a
+    # left-out Dream top_k is 50 upstream, not None (see test_dream_left_out_top_k_is_the_official_50)
+    settings = {k: case[k] for k in SETTING_KEYS[family] if case.get(k) is not None}
     if family in ("sdar", "llada2"):
         settings["convention"] = family
         settings["use_cache"] = cache
@@ -96,9 +98,28 @@ def test_generation_matches_official(fixture_dir, family, name, cache):
     out = generate(model, prompt, attention_mask, **settings)
     expected = case["output_ids"]
     got = out.sequences.tolist()
-    if got != expected and family == "dream" and case.get("alg") == "entropy" and attention_mask is not None:
-        pytest.xfail("known mismatch: Dream entropy on a left-padded batch (see report; our batched output equals "
-                     "one-prompt-at-a-time decoding and an independent re-implementation of _sample)")
     assert got == expected, f"{fixture_dir.name}/{name}: got {got}, official {expected}"
     if "nfe" in case:
         assert out.stats.forwards == case["nfe"]
+
+
+DREAM = PARITY / "dream"
+
+
+@pytest.mark.skipif(not (DREAM / "cases.json").exists(), reason="no Dream parity fixture")
+def test_dream_left_out_top_k_is_the_official_50():
+    """Upstream's DreamGenerationConfig.from_model_config inherits PretrainedConfig's top_k=50 / temperature=1.0
+    (transformers 4.46), so an official call without top_k filters to the top 50 tokens. The entropy confidence of
+    the padded batch case depends on it: explicit top_k=None (no filter) decodes other tokens."""
+    from dare_bench.diffusion.sampling import DREAM_CALL_DEFAULTS, generate
+
+    name = "gen_entropy_padded_b2"
+    case = json.loads((DREAM / "cases.json").read_text())["cases"][name]
+    tensors = _tensors(DREAM)
+    model = _model(DREAM)
+    args = (model, tensors[f"{name}.prompt"], tensors[f"{name}.attention_mask"])
+    settings = dict(steps=16, max_new_tokens=16, temperature=0.0, alg="entropy", alg_temp=0.0, eps=1e-3)
+    assert DREAM_CALL_DEFAULTS == {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+    assert generate(*args, **settings).sequences.tolist() == case["output_ids"]
+    assert generate(*args, **settings, top_k=50, top_p=1.0).sequences.tolist() == case["output_ids"]
+    assert generate(*args, **settings, top_k=None).sequences.tolist() != case["output_ids"]

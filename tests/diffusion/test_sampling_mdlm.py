@@ -123,7 +123,7 @@ def test_dream_left_padded_batch_equals_one_at_a_time(dream, alg):
     batch = torch.full((2, 9), dream.traits.pad_token_id)
     batch[0, 4:], batch[1] = a[0], b[0]
     am = (torch.arange(9)[None] >= torch.tensor([[4], [0]])).long()
-    settings = dict(max_new_tokens=12, steps=6, alg=alg)
+    settings = dict(max_new_tokens=12, steps=6, alg=alg, temperature=0.0)
     out = generate(dream, batch, am, **settings)
     assert out.sequences[0, 9:].tolist() == generate(dream, a, **settings).sequences[0, 5:].tolist()
     assert out.sequences[1, 9:].tolist() == generate(dream, b, **settings).sequences[0, 9:].tolist()
@@ -159,7 +159,8 @@ def test_llada_trajectory_is_consistent_and_replays(llada, settings):
 
 
 def test_dream_trajectory_replays(dream):
-    out = generate(dream, _prompt(6), max_new_tokens=12, steps=6, alg="maskgit_plus", return_trajectory=True)
+    out = generate(dream, _prompt(6), max_new_tokens=12, steps=6, alg="maskgit_plus", temperature=0.0,
+                   return_trajectory=True)
     _check_trajectory(out, dream.traits.mask_token_id)
     assert torch.equal(replay_trajectory(dream, out.trajectory), out.canvas)
 
@@ -258,9 +259,9 @@ def test_stats_and_progress(llada):
 @pytest.mark.parametrize("use_cache", ["none", "prefix", "dual"])
 def test_dream_fastdllm_paths_decode_everything(dream, use_cache):
     prompt = _prompt(6)
-    vanilla = generate(dream, prompt, max_new_tokens=16, steps=16, alg="maskgit_plus")
-    fast = generate(dream, prompt, max_new_tokens=16, alg="maskgit_plus", block_length=8, threshold=0.9,
-                    use_cache=use_cache, return_trajectory=True)
+    vanilla = generate(dream, prompt, max_new_tokens=16, steps=16, alg="maskgit_plus", temperature=0.0)
+    fast = generate(dream, prompt, max_new_tokens=16, alg="maskgit_plus", temperature=0.0, block_length=8,
+                    threshold=0.9, use_cache=use_cache, return_trajectory=True)
     assert not bool((fast.sequences == dream.traits.mask_token_id).any())
     assert fast.stats.forwards <= vanilla.stats.forwards
     _check_trajectory(fast, dream.traits.mask_token_id)
