@@ -327,7 +327,8 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, sink=sink,
                        checkpoint_dir=run_dir / "checkpoints", resume=resume, seed=seed, progress=progress,
-                       items=list(train_data), grader=cfg.grader, prompt_template=template)
+                       items=list(train_data), grader=cfg.grader, prompt_template=template,
+                       evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
         model = out.policy
         final_step = out.optimizer_steps
         if out.resumed_from:  # steps trained before the interruption belong to this run's curve too
@@ -397,6 +398,21 @@ def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int,
     res, record = evaluate_model(model, tokenizer, task, cfg, seed=seed, progress=progress, label="base", step=0)
     atomic_write_json(path, json.loads(record.model_dump_json()))
     return {"metrics": res.metrics}, record
+
+
+def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
+    """`train.eval_every`: the final evaluation's settings on the current policy, stored as evaluation `step-N`;
+    its primary metric and score also join the step's metrics as `eval_*` (the RL gain at tiny scale peaks early,
+    so the curve matters)."""
+    metric = cfg.profile.eval.metric
+
+    def run(policy, step: int) -> dict[str, float]:
+        res, record = evaluate_model(policy, tokenizer, task, cfg, seed=seed, progress=False, label=f"step-{step}",
+                                     step=step)
+        store.add_evaluation(run_id, record)
+        return {k: res.metrics[k] for k in dict.fromkeys((metric, "score")) if k in res.metrics}
+
+    return run
 
 
 def _metrics_sink(store, run_id: int, result: ReproduceResult):

@@ -42,7 +42,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -296,7 +296,8 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
              seed: int = 0, progress: bool = True, items: Sequence[Any] | None = None, grader: str = "dare",
              prompt_template: Any = "plain", micro_batch_size: int | None = None, keep_last: int | None = None,
              stop_after: int | None = None, gradient_checkpointing: bool = False,
-             dist: DistInfo | None = None) -> TrainResult:
+             dist: DistInfo | None = None,
+             evaluate: Callable[[Any, int], Mapping[str, float]] | None = None) -> TrainResult:
     """Post-train `policy` with the RL algorithm `algorithm_name` on `task`; see the module docstring.
 
     train_cfg: a `dare_bench.config.TrainSettings` (kind "rl") or a dict of its fields.
@@ -312,6 +313,8 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
         simulate an interrupted run.
     seed: data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG (dropout).
     gradient_checkpointing: recompute activations in the backward (paper-scale memory; same numbers).
+    evaluate: called as `evaluate(policy, step)` every `train.eval_every` loop steps before the last (rank 0, eval
+        mode, no grad, global RNG restored afterwards); its metrics join the step's as `eval_<name>`.
     """
     cfg = _train_settings(train_cfg)
     dist = dist or init_distributed()  # a no-op outside torchrun
@@ -522,6 +525,9 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
             metrics["time_step_s"] = time.perf_counter() - t_step
             metrics["peak_memory_mb"] = _peak_memory_mb(device)
             metrics["step"] = float(step)
+            if (evaluate is not None and dist.is_main and cfg.eval_every is not None and step % cfg.eval_every == 0
+                    and opt_step < total_opt_steps):
+                metrics.update(_evaluate_now(evaluate, policy, step))
             history.append(metrics)
             if sink is not None and dist.is_main:
                 sink(step, dict(metrics))
@@ -537,6 +543,18 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
         if bar is not None:
             bar.close()
     return TrainResult(step, opt_step, history, last_ckpt, policy, resumed_from, info)
+
+
+def _evaluate_now(evaluate, policy, step: int) -> dict[str, float]:
+    """Mid-training evaluation that leaves training exactly as it was (mode, global RNG, no autograd graph)."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            out = evaluate(policy, step)
+    finally:
+        policy.train(was_training)
+    return {f"eval_{k}": float(v) for k, v in out.items()}
 
 
 def checkpoint_path_for(root: Path, step: int) -> Path:

@@ -51,6 +51,16 @@ def test_sft_then_d1_micro_share_the_base_and_land_in_the_store(db):
     again = _run("reproduce", "d1-llada-sudoku", "--scale", "micro", "--db", db, "--json")
     assert _json_tail(again.output)["status"] == "skipped"
 
+    # train.eval_every: the final evaluation's settings on the policy mid-training, logged with the step's metrics
+    mid = _run("reproduce", "d1-llada-sudoku", "train.eval_every=2", "--scale", "micro", "--db", db, "--json")
+    assert mid.exit_code == 0, mid.output
+    mid_id = _json_tail(mid.output)["run_id"]
+    evaluated = [m for m in store.metrics(mid_id) if "eval_accuracy" in m["extra"]]
+    assert [m["step"] for m in evaluated] == [2] and 0 <= evaluated[0]["extra"]["eval_score"] <= 1
+    evals = {e["checkpoint"]: e for e in store.evaluations(mid_id)}
+    assert set(evals) == {"base", "step-2", "final"} and evals["step-2"]["step"] == 2
+    assert evals["step-2"]["metrics"]["accuracy"] == evaluated[0]["extra"]["eval_accuracy"]
+
 
 def test_overrides_mark_the_run_modified(db):
     from dare_bench.store import Store

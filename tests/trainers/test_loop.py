@@ -286,3 +286,21 @@ def test_gradient_checkpointing_gives_the_same_run():
     assert ckpt.policy.gradient_checkpointing
     for (k, a), b in zip(plain.policy.state_dict().items(), ckpt.policy.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=k)
+
+
+def test_eval_every_evaluates_mid_training_without_changing_the_run():
+    calls = []
+
+    def evaluate(policy, step):
+        assert not policy.training and not torch.is_grad_enabled()
+        torch.rand(100)  # an evaluator that draws from the global RNG must not shift training's draws
+        calls.append(step)
+        return {"accuracy": 0.25, "score": 0.5}
+
+    plain, _ = _run(cfg={"steps": 5, "eval_every": 2})
+    evaluated, records = _run(cfg={"steps": 5, "eval_every": 2}, evaluate=evaluate)
+    assert calls == [2, 4]  # not at the last step: the pipeline's final evaluation covers it
+    assert [s for s, m in records if "eval_accuracy" in m] == [2, 4]
+    assert records[1][1]["eval_score"] == 0.5 and evaluated.policy.training
+    for (k, a), b in zip(plain.policy.state_dict().items(), evaluated.policy.state_dict().values()):
+        assert torch.equal(a, b), k
