@@ -2,6 +2,7 @@
 
     dare-bench bench rollout [--json]    # cached / accelerated vs vanilla samplers, per family
     dare-bench bench memory  [--json]    # BGPO vs naive ELBO peak memory as MC samples grow
+    dare-bench bench alignment NAME...   # each RL algorithm's gradient vs the supervised one, on shared rollouts
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 
 import typer
 
-BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory"]
+BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment"]
 
 
 def register(app: typer.Typer) -> None:

@@ -272,6 +272,56 @@ def completion_mask(completion: torch.Tensor, stop_ids: Sequence[int]) -> torch.
     return (before == 0).long()
 
 
+def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[int], group: int,
+                  sampler_settings: dict[str, Any], *, generator: torch.Generator | None, template: Any = "plain",
+                  grader: str = "dare", prompt_cache: dict[int, list[int]] | None = None):
+    """`group` sampled completions for each of the prompts `items[i] for i in idx`, graded: (RolloutBatch, info).
+
+    info: `correct` (per row), `unfinished` (fraction of rows that ran out of steps), `output` (the sampler's
+    GenerationOutput), `time_rollout_s`, `time_reward_s`. Shared by the RL loop and `dare-bench bench alignment`.
+    """
+    from dare_bench.diffusion.sampling import generate
+
+    traits = policy.traits
+    device = next(policy.parameters()).device
+    stop_ids = tuple(dict.fromkeys((int(traits.eos_token_id), *map(int, traits.stop_token_ids))))
+    cache = prompt_cache if prompt_cache is not None else {}
+    for i in idx:
+        if i not in cache:
+            cache[i] = encode(tokenizer, task.format_prompt(items[i], template))
+    prompt_ids, prompt_mask = left_pad([cache[i] for i in idx], traits.pad_token_id)
+    prompt_ids = prompt_ids.repeat_interleave(group, dim=0).to(device)
+    prompt_mask = prompt_mask.repeat_interleave(group, dim=0).to(device)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = generate(policy, prompt_ids, prompt_mask if bool((prompt_mask == 0).any()) else None,
+                       generator=generator, **sampler_settings)
+    p_len = prompt_ids.shape[1]
+    comp = out.canvas[:, p_len:].clone()
+    # a sampler that stops at EOS leaves mask ids behind it; one left before any stop token means the row ran out
+    # of steps: it ends there (the mask id becomes EOS, the row is counted as unfinished)
+    leftover = comp == int(traits.mask_token_id)
+    unfinished = float((leftover & completion_mask(comp, stop_ids).bool()).any(dim=1).float().mean())
+    comp[leftover] = int(traits.eos_token_id)
+    cmask = completion_mask(comp, stop_ids)
+    t_rollout = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rewards, correct = [], []
+    for r in range(comp.shape[0]):
+        n_tok = int(cmask[r].sum())
+        kept = [t for t in comp[r, :n_tok].tolist() if t not in stop_ids]
+        text = tokenizer.decode(kept, skip_special_tokens=True)
+        res = task.grade(text, items[idx[r // group]], grader)
+        rewards.append(float(res.reward))
+        correct.append(float(bool(res.correct)))
+    rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
+    batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
+                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]))
+    info = {"correct": correct, "unfinished": unfinished, "output": out, "time_rollout_s": t_rollout,
+            "time_reward_s": time.perf_counter() - t0}
+    return batch, info
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -381,7 +431,6 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
     sampler_settings = rollout_settings(cfg.rollout)
     sampler_settings.update(algo.rollout_overrides)
     sampler_settings["return_trajectory"] = bool(algo.needs_trajectory or sampler_settings.get("return_trajectory"))
-    stop_ids = tuple(dict.fromkeys((int(traits.eos_token_id), *map(int, traits.stop_token_ids))))
     prompt_cache: dict[int, list[int]] = {}
 
     history: list[dict[str, float]] = []
@@ -437,43 +486,14 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, referen
                 torch.cuda.reset_peak_memory_stats(device)
             # -- prompts and rollouts --------------------------------------------------------------------------
             idx = stream.take(n_prompts)[local_prompts]
-            for i in idx:
-                if i not in prompt_cache:
-                    prompt_cache[i] = encode(tokenizer, task.format_prompt(items[i], prompt_template))
-            prompt_ids, prompt_mask = left_pad([prompt_cache[i] for i in idx], traits.pad_token_id)
-            prompt_ids = prompt_ids.repeat_interleave(group, dim=0).to(device)
-            prompt_mask = prompt_mask.repeat_interleave(group, dim=0).to(device)
-            t0 = time.perf_counter()
-            from dare_bench.diffusion.sampling import generate
-
-            with torch.no_grad():
-                out = generate(policy, prompt_ids, prompt_mask if bool((prompt_mask == 0).any()) else None,
-                               generator=rollout_gen, **sampler_settings)
+            batch, roll = rollout_batch(policy, tokenizer, task, items, idx, group, sampler_settings,
+                                        generator=rollout_gen, template=prompt_template, grader=grader,
+                                        prompt_cache=prompt_cache)
             policy.train()
-            p_len = prompt_ids.shape[1]
-            comp = out.canvas[:, p_len:].clone()
-            # a sampler that stops at EOS leaves mask ids behind it; one left before any stop token means the row
-            # ran out of steps: it ends there (the mask id becomes EOS, the row is counted as unfinished)
-            leftover = comp == int(traits.mask_token_id)
-            unfinished = float((leftover & completion_mask(comp, stop_ids).bool()).any(dim=1).float().mean())
-            comp[leftover] = int(traits.eos_token_id)
-            cmask = completion_mask(comp, stop_ids)
-            t_rollout = time.perf_counter() - t0
-            # -- rewards ---------------------------------------------------------------------------------------
-            t0 = time.perf_counter()
-            rewards, correct = [], []
-            for r in range(comp.shape[0]):
-                n_tok = int(cmask[r].sum())
-                kept = [t for t in comp[r, :n_tok].tolist() if t not in stop_ids]
-                text = tokenizer.decode(kept, skip_special_tokens=True)
-                res = task.grade(text, items[idx[r // group]], grader)
-                rewards.append(float(res.reward))
-                correct.append(float(bool(res.correct)))
-            rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
-            batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
-                                 trajectories=_split_trajectory(out.trajectory, comp.shape[0]))
+            rewards_t, correct, out = batch.rewards, roll["correct"], roll["output"]
+            cmask, unfinished = batch.completion_mask, roll["unfinished"]
+            t_rollout, t_reward = roll["time_rollout_s"], roll["time_reward_s"]
             adv = algo.advantages(rewards_t, group)
-            t_reward = time.perf_counter() - t0
             # -- old / ref terms -------------------------------------------------------------------------------
             t0 = time.perf_counter()
             n_updates = min(mu, total_opt_steps - opt_step)
