@@ -33,11 +33,11 @@ def _flat_grad(params) -> Any:
 
 
 def gradient_alignment(policy, tokenizer, task, plugins: dict[str, Any], sampler_settings: dict[str, Any],
-                       items, sft_examples, *, batches: int, prompts: int, group: int, grader: str, seed: int = 0,
+                       items, gold, *, batches: int, prompts: int, group: int, grader: str, seed: int = 0,
                        sft_draws: int = 8, progress: bool = False) -> dict[str, Any]:
     """Cosines between each plug-in's gradient and the supervised gradient, on shared rollout batches.
 
-    sft_examples: one `SFTExample` per item of `items` (same order): the gold answers.
+    gold: `gold(indices)` -> one `SFTExample` (prompt + gold answer) per index into `items`.
     """
     import torch
 
@@ -65,7 +65,7 @@ def gradient_alignment(policy, tokenizer, task, plugins: dict[str, Any], sampler
         tied.append(float((batch.rewards.view(-1, group).std(dim=1) == 0).float().mean()) if group > 1 else 1.0)
         policy.train()
         policy.zero_grad(set_to_none=True)
-        ids, plen, alen = collate([sft_examples[i] for i in idx], policy.traits.eos_token_id)
+        ids, plen, alen = collate(gold(idx), policy.traits.eos_token_id)
         for _ in range(sft_draws):
             (sft_loss(policy, ids, plen, alen, noise) / sft_draws).backward()
         supervised = _flat_grad(params).clone()
@@ -95,7 +95,8 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
                   progress: bool = True) -> dict[str, Any]:
     """Resolve the reproductions, load (or build) their shared SFT base, and measure."""
     from dare_bench.errors import ConfigError
-    from dare_bench.pipeline import _answer_length, _plugin_name, _train_items_needed, build_base, resolve, sft_examples
+    from dare_bench.pipeline import (_answer_length, _plugin_name, _train_items_needed, build_base, resolve,
+                                     sft_examples)
     from dare_bench.tasks import get_task
     from dare_bench.tasks.tokenizer import build_task_tokenizer
     from dare_bench.trainers.algorithms.base import get_algorithm
@@ -122,8 +123,11 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
         train = _train_settings(cfg.profile.train)
         plugins[name] = get_algorithm(_plugin_name(cfg.algorithm))(algorithm_settings(train), policy.traits)
     train = _train_settings(first.profile.train)
-    examples = sft_examples(task, tokenizer, items, grader=first.grader, pad_to=_answer_length(first))
-    result = gradient_alignment(policy, tokenizer, task, plugins, rollout_settings(train.rollout), items, examples,
+
+    def gold(idx):  # only the sampled prompts' answers are tokenized
+        return sft_examples(task, tokenizer, [items[i] for i in idx], grader=first.grader, pad_to=_answer_length(first))
+
+    result = gradient_alignment(policy, tokenizer, task, plugins, rollout_settings(train.rollout), items, gold,
                                 batches=batches, prompts=int(train.batch_prompts), group=int(train.group_size),
                                 grader=first.grader, seed=seed, sft_draws=sft_draws, progress=progress)
     result["settings"] = {"scale": scale, "base": str(base_dir), "batches": batches, "sft_draws": sft_draws,
@@ -153,7 +157,8 @@ def register(group: typer.Typer) -> None:
             return
         typer.echo(f"gradient alignment with the supervised (gold-answer SFT) gradient, {batches} batches of "
                    f"{result['settings']['prompts']} x {result['settings']['group_size']} rollouts "
-                   f"(mean reward {result['mean_reward']:.3f}, {100 * result['zero_std_groups']:.0f} % of groups tied), "
+                   f"(mean reward {result['mean_reward']:.3f}, "
+                   f"{100 * result['zero_std_groups']:.0f} % of groups tied), "
                    f"base {result['settings']['base']}")
         typer.echo(f"{'reproduction':<32}{'mean cosine':>13}{'cosine of sums':>16}")
         for name, r in result["algorithms"].items():

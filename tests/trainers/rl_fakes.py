@@ -115,20 +115,22 @@ def rl_settings(**overrides) -> dict:
     return cfg
 
 
-def toy_rollout_batch(n_prompts=2, g=3, p=5, c=6, seed=0):
-    """A hand-made RolloutBatch: the second group has one left pad; completions end at varying EOS positions."""
+def toy_rollout_batch(n_prompts=2, g=3, p=5, c=6, seed=0, pad_second_group=True, first_end=2):
+    """A hand-made RolloutBatch: the second group has one left pad (unless `pad_second_group` is False);
+    row r's completion has `first_end + r % (c - first_end + 1)` scored tokens, the last of them EOS."""
     from dare_bench.trainers.algorithms import RolloutBatch
 
     gen = torch.Generator().manual_seed(seed)
     n = n_prompts * g
     prompt = torch.randint(0, 10, (n, p), generator=gen)
     pmask = torch.ones(n, p, dtype=torch.long)
-    prompt[g:, 0] = PAD
-    pmask[g:, 0] = 0
+    if pad_second_group:
+        prompt[g:, 0] = PAD
+        pmask[g:, 0] = 0
     comp = torch.randint(0, 10, (n, c), generator=gen)
     cmask = torch.ones(n, c, dtype=torch.long)
     for r in range(n):
-        end = 2 + r % (c - 1)
+        end = first_end + r % (c - first_end + 1)
         comp[r, end - 1:] = EOS
         cmask[r, end:] = 0
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.1])[:n]

@@ -22,10 +22,14 @@ class NoGradient:
         return {}
 
 
-def _examples(task, tok):
+def _gold(task, tok):
     from dare_bench.trainers.sft import SFTExample
 
-    return [SFTExample(tok.encode(task.format_prompt(it)), tok.encode(it.digits[::-1]) + [EOS]) for it in task.items]
+    def gold(idx):
+        items = [task.items[i] for i in idx]
+        return [SFTExample(tok.encode(task.format_prompt(it)), tok.encode(it.digits[::-1]) + [EOS]) for it in items]
+
+    return gold
 
 
 def test_alignment_measures_every_plugin_on_the_same_rollouts_and_leaves_the_model_alone():
@@ -39,7 +43,7 @@ def test_alignment_measures_every_plugin_on_the_same_rollouts_and_leaves_the_mod
     plugins["none"] = NoGradient()
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     out = gradient_alignment(policy, tok, task, plugins, rollout_settings(train.rollout), task.items,
-                             _examples(task, tok), batches=2, prompts=4, group=4, grader="dare", sft_draws=2)
+                             _gold(task, tok), batches=2, prompts=4, group=4, grader="dare", sft_draws=2)
     assert set(out["algorithms"]) == {"d1", "bgpo", "none"}
     for name, r in out["algorithms"].items():
         assert len(r["per_batch"]) == 2 and all(-1 <= c <= 1 and math.isfinite(c) for c in r["per_batch"])

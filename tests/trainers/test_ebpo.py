@@ -10,7 +10,7 @@ from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.ebpo import composite_elbo, ebpo_kl, ebpo_policy_loss
-from rl_fakes import EOS, MASK, PAD
+from rl_fakes import EOS, MASK, PAD, toy_rollout_batch
 
 BLOCK = ModelTraits(family="sdar", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                     attention="block_causal", block_size=4)
@@ -41,19 +41,8 @@ def _micro_block(family: str, seed: int = 0):
     return model
 
 
-def _batch(n_prompts=2, g=3, p=4, c=8, seed=0) -> RolloutBatch:
-    gen = torch.Generator().manual_seed(seed)
-    n = n_prompts * g
-    prompt = torch.randint(0, 10, (n, p), generator=gen)
-    pmask = torch.ones(n, p, dtype=torch.long)
-    comp = torch.randint(0, 10, (n, c), generator=gen)
-    cmask = torch.ones(n, c, dtype=torch.long)
-    for r in range(n):
-        end = 3 + r % (c - 2)
-        comp[r, end - 1:] = EOS
-        cmask[r, end:] = 0
-    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.1])[:n]
-    return RolloutBatch(prompt, pmask, comp, cmask, rewards, group_size=g)
+def _batch() -> RolloutBatch:
+    return toy_rollout_batch(p=4, c=8, pad_second_group=False, first_end=3)
 
 
 def _grads(model):
