@@ -48,7 +48,7 @@ import torch
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
-from dare_bench.trainers.lora import apply_lora, default_lora_targets  # noqa: F401  (re-exported)
+from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
@@ -616,5 +616,4 @@ def _jsonable(obj):
 
 
 __all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "TIMING_KEYS", "TrainResult", "algorithm_settings",
-           "apply_lora", "build_scheduler", "completion_mask", "default_lora_targets", "load_train_items",
-           "rollout_settings", "train_rl"]
+           "build_scheduler", "completion_mask", "load_train_items", "rollout_batch", "rollout_settings", "train_rl"]

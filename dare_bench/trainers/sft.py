@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import shift_logits
-from dare_bench.trainers.lora import apply_lora  # noqa: F401  (re-exported for callers of this module)
 
 
 @dataclass
