@@ -1,12 +1,13 @@
-"""Paths tests read from (the shared fixtures and data beside the repo). Import as `from testpaths import PARITY`:
-subdirectory conftest.py files would shadow a `from testpaths import ...`."""
+"""Paths tests read from: the exactness fixtures and data the repository carries in `tests/fixtures/` (see its
+README for where each file came from). Import as `from testpaths import PARITY`: subdirectory conftest.py files
+would shadow a `from conftest import ...`."""
 
-import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("DARE_BENCH_SHARED", REPO.parent / "shared"))
-PARITY = SHARED / "fixtures" / "parity"
-LOSSES = SHARED / "fixtures" / "losses"
-DARE_DATA = SHARED / "data" / "dare"
-CHECKPOINTS = SHARED / "data" / "checkpoints"
+FIXTURES = REPO / "tests" / "fixtures"
+PARITY = FIXTURES / "parity"
+LOSSES = FIXTURES / "losses"
+DARE_DATA = FIXTURES / "data" / "dare"
+CHECKPOINTS = FIXTURES / "data" / "checkpoints"
+RESEARCH_NOTES = FIXTURES / "docs" / "algorithms.md"

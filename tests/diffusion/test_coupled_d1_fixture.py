@@ -19,15 +19,13 @@ import torch
 
 from dare_bench.diffusion.likelihood import coupled_token_logprobs_from_logits, d1_token_logprobs_from_logits
 from dare_bench.diffusion.masking import MaskDraw, prompt_response_masks
-from tests.conftest import LOSSES
+from testpaths import LOSSES
 
 FOLDER = LOSSES / "coupled_d1_logprob"
 
 
 @pytest.fixture(scope="module")
 def fixture():
-    if not (FOLDER / "cases.safetensors").exists():
-        pytest.skip(f"fixture {FOLDER} absent")
     from safetensors.torch import load_file
 
     tensors = load_file(str(FOLDER / "cases.safetensors"))

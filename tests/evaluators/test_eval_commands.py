@@ -49,8 +49,6 @@ def test_score_json_one_item_per_line_in_order(tmp_path):
 
 def test_score_with_data_file_and_grader(tmp_path):
     data = DARE_DATA / "rl" / "test" / "sudoku_1.parquet"
-    if not data.exists():
-        pytest.skip("DARE test data not available")
     from dare_bench.tasks import get_task
 
     task = get_task("sudoku")
@@ -97,7 +95,6 @@ def test_score_bad_input_is_one_clear_error(case, tmp_path):
 
 
 def test_eval_json_on_a_tiny_preset_model():
-    pytest.importorskip("dare_bench.tasks.tokenizer", reason="task tokenizers not landed yet")
     res = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "2", "--preset",
                               "micro", "--json"])
     assert res.exit_code == 0, res.output

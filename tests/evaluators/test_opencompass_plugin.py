@@ -20,6 +20,7 @@ def _no_dare_data(monkeypatch):
     monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
 
 
+@pytest.mark.extra
 @pytest.mark.skipif(HAVE_OC, reason="checks the message shown when the extra is missing")
 def test_missing_extra_is_a_one_line_error():
     from dare_bench.cli import app
@@ -32,6 +33,7 @@ def test_missing_extra_is_a_one_line_error():
     assert res.exit_code == 2 and res.stderr.startswith("error: opencompass is not installed")
 
 
+@pytest.mark.extra
 @pytest.mark.skipif(not HAVE_OC, reason="opencompass extra not installed (pip install 'dare-bench[opencompass]')")
 def test_opencompass_and_native_give_the_same_verdicts(tmp_path):
     from dare_bench.evaluators.evaluator import evaluate

@@ -18,6 +18,8 @@ from lb_helpers import REPO, add_run, free_port, wait_healthy
 from dare_bench.registry import load_registry
 from dare_bench.store import Store
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = os.environ.get("DARE_BENCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # Flags that work as root on a CI box (no sandbox, no GPU, no background network). Playwright gives the browser
 # a fresh temporary profile itself (it refuses --user-data-dir in `args`).

@@ -1,15 +1,17 @@
 """The shipped registry covers DARE's comparison tables, its BDLM recipes and JustGRPO's table, with the numbers
-of the research notes (parsed from ../shared/docs/algorithms.md, not retyped here)."""
+of the research notes (parsed from tests/fixtures/docs/algorithms.md, a copy of the shared research notes, not
+retyped here)."""
 
 import re
 from pathlib import Path
 
 import pytest
 
+from testpaths import RESEARCH_NOTES
 from dare_bench.config import ALGORITHM_KIND
 from dare_bench.registry import load_registry
 
-DOC = Path(__file__).resolve().parents[3] / "shared" / "docs" / "algorithms.md"
+DOC = RESEARCH_NOTES
 COLUMN = {"Baseline": "baseline", "d1": "d1", "Coupled-GRPO": "coupled-grpo", "VRPO": "vrpo", "CJ-GRPO": "cj-grpo",
           "SPG": "spg", "BGPO": "bgpo"}
 ROW = {"GSM8K": "gsm8k", "MATH": "math500", "HumanEval": "humaneval", "MBPP": "mbpp", "Countdown": "countdown",
@@ -31,8 +33,6 @@ def _table(text: str, title: str) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def doc() -> str:
-    if not DOC.exists():
-        pytest.skip("shared research notes not available")
     return DOC.read_text()
 
 

@@ -15,8 +15,7 @@ ALL = ["countdown", "gsm8k", "humaneval", "math500", "mbpp", "sudoku"]
 
 
 def need_dare(split="test"):
-    if not (DARE_DATA / "rl" / split).is_dir():
-        pytest.skip("DARE data not present")
+    assert (DARE_DATA / "rl" / split).is_dir(), f"DARE {split} data missing from {DARE_DATA}"
 
 
 def test_registry_lists_every_task_and_suggests_on_typos():

@@ -16,7 +16,6 @@ from dare_bench.trainers.preference import (
 FIXTURE = LOSSES / "dpo_vrpo"
 
 
-@pytest.mark.skipif(not (FIXTURE / "cases.json").exists(), reason="dpo_vrpo fixture absent")
 def test_dpo_loss_matches_official_fixture():
     tensors = load_file(str(FIXTURE / "cases.safetensors"))
     cases = json.loads((FIXTURE / "cases.json").read_text())["cases"]
