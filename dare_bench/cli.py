@@ -19,7 +19,7 @@ import sys
 
 import typer
 
-from dare_bench.errors import DareBenchError
+from dare_bench.errors import DareBenchError, print_error
 
 app = typer.Typer(
     name="dare-bench",
@@ -64,7 +64,7 @@ def main() -> None:
     try:
         app()
     except DareBenchError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        print_error(exc, as_json="--json" in sys.argv[1:])
         sys.exit(exc.exit_code)
 
 

@@ -1,6 +1,6 @@
 """Typed schemas for reproductions and run configs, their content hash, and `key=value` overrides.
 
-A reproduction (`reproductions/<algorithm>-<backbone>-<task>.yaml`, loaded by `dare_bench.registry`) is a
+A reproduction (`dare_bench/reproductions/<algorithm>-<backbone>-<task>.yaml`, loaded by `dare_bench.registry`) is a
 `ReproductionSpec`: identity (algorithm x backbone x task), one `ScaleProfile` per scale and the scores published
 for it (`ReportedScore`). Resolving a spec at a scale, plus optional command-line overrides, gives a `RunConfig`,
 whose `content_hash` keys runs in the store: identical semantic configs give identical hashes.

@@ -29,3 +29,15 @@ class StoreError(DareBenchError):
 
 def missing_extra(package: str, extra: str) -> DareBenchError:
     return DareBenchError(f"{package} is not installed; install the optional extra: pip install 'dare-bench[{extra}]'")
+
+
+def print_error(exc: DareBenchError, *, as_json: bool) -> None:
+    """The CLI's one way to report a failure: one line on stderr; with `--json`, also an object on stdout, since a
+    caller that asked for JSON (CI) parses stdout."""
+    import json
+    import sys
+
+    print(f"error: {exc}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"status": "error", "error": str(exc), "error_type": type(exc).__name__,
+                          "exit_code": exc.exit_code}), flush=True)

@@ -1,4 +1,4 @@
-"""`dare-bench check`: CI regression checks of scores against pinned baselines (reproductions/baselines/).
+"""`dare-bench check`: CI regression checks of scores against pinned baselines (dare_bench/reproductions/baselines/).
 
 What it does: compares finished runs of reproductions with the baselines recorded for them and exits 0 when every
 check holds, 1 when any score / curve moved beyond its statistical tolerance (or a run crashed), 2 when it could not
@@ -10,7 +10,7 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
     dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
                                                              # keeping the overrides it pins (-o key=value: new ones)
-    git diff reproductions/baselines/                        # review the recorded change before committing it
+    git diff dare_bench/reproductions/baselines/                        # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
 
@@ -72,7 +72,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import typer
 
-from dare_bench.errors import ConfigError, DareBenchError
+from dare_bench.errors import ConfigError, DareBenchError, print_error
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_SEEDS = 3
@@ -372,7 +372,7 @@ def register(app: typer.Typer) -> None:
         alpha: float = typer.Option(DEFAULT_ALPHA, "--alpha", help="Family-wise false-alarm rate of the checks."),
         baselines: Optional[str] = typer.Option(None, "--baselines", help="Baseline directory (default: "
                                                                           "$DARE_BENCH_BASELINES or "
-                                                                          "reproductions/baselines)."),
+                                                                          "dare_bench/reproductions/baselines)."),
         threads: int = typer.Option(DEFAULT_THREADS, "--threads", help="torch threads for --run / --record "
                                                                       "(recorded with the baseline's hardware)."),
         reuse_cache: bool = typer.Option(False, "--reuse-cache", help="Reuse cached SFT bases and base evaluations "
@@ -396,7 +396,7 @@ def register(app: typer.Typer) -> None:
 
                 atomic_write_text(junit, junit_xml(report))
         except DareBenchError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            print_error(exc, as_json=as_json)
             raise typer.Exit(exc.exit_code) from None
         if as_json:
             typer.echo(json.dumps(report, indent=1, default=str))

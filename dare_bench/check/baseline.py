@@ -1,4 +1,4 @@
-"""Baseline files (`reproductions/baselines/<name>.<scale>.json`) and what a run looks like to the check.
+"""Baseline files (`dare_bench/reproductions/baselines/<name>.<scale>.json`) and what a run looks like to the check.
 
 A baseline holds, for each recorded seed, an *observation* of one finished run (`observe`): the final and base
 evaluations (metrics, data fingerprint, per-item correct / score / reward) and the step curves (reward mean / std,

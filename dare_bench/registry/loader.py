@@ -5,9 +5,8 @@
     spec = reg.get("bgpo-llada-sudoku")       # unknown names suggest the closest ones
     reg.select(backbone="llada", task="gsm8k")
 
-Where the files are: an explicit directory, else `DARE_BENCH_REPRODUCTIONS`, else `reproductions/` at the root
-of the checkout this package lives in (editable install), else the copy shipped inside the package
-(`dare_bench/registry/_reproductions/`, present only in built wheels).
+Where the files are: an explicit directory, else `DARE_BENCH_REPRODUCTIONS`, else the registry shipped inside the
+package (`dare_bench/reproductions/`: the same files in a checkout, an editable install and a wheel).
 
 Defaults: every reproduction is merged over these layers (later wins; missing files are skipped), all under
 `<dir>/_defaults/`:
@@ -51,10 +50,7 @@ def default_directory() -> Path:
     env = os.environ.get("DARE_BENCH_REPRODUCTIONS")
     if env:
         return Path(env).expanduser()
-    checkout = Path(__file__).resolve().parents[2] / "reproductions"
-    if checkout.is_dir():
-        return checkout
-    return Path(__file__).resolve().parent / "_reproductions"
+    return Path(__file__).resolve().parents[1] / "reproductions"
 
 
 # ------------------------------------------------------------------------------------ YAML with lines

@@ -41,6 +41,7 @@ from dare_bench.diffusion.masking import (
     stratified_masks,
 )
 from dare_bench.errors import ConfigError, DataError
+from testpaths import LOSSES
 from dare_bench.models.base import ModelTraits
 
 V = 3  # real tokens 0..2; the mask id is 3

@@ -3,7 +3,6 @@ of the research notes (parsed from tests/fixtures/docs/algorithms.md, a copy of 
 retyped here)."""
 
 import re
-from pathlib import Path
 
 import pytest
 

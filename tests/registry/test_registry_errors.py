@@ -8,7 +8,7 @@ import pytest
 from dare_bench.errors import ConfigError
 from dare_bench.registry import Registry, default_directory, load_registry
 
-REPO_REPRODUCTIONS = Path(__file__).resolve().parents[2] / "reproductions"
+REPO_REPRODUCTIONS = Path(__file__).resolve().parents[2] / "dare_bench" / "reproductions"
 GOOD = "bgpo-llada-sudoku"
 
 
