@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         batch_size: Optional[int] = typer.Option(None, "--batch-size"),
         device: str = typer.Option("cpu", "--device"),
         dtype: str = typer.Option("float32", "--dtype"),
-        output: Optional[Path] = typer.Option(None, "--output", help="Also write the full result (with completions) to this JSON file."),
+        output: Optional[Path] = typer.Option(None, "--output", help="Also write the full evaluation report (with completions) to this JSON file (a report, not an `ingest` result file)."),
         work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="OpenCompass work directory (engine opencompass)."),
         overrides: list[str] = typer.Option([], "--set", help="Override a sampler setting of the preset: key=value (repeatable), e.g. --set gen_length=64."),
     ) -> None:

@@ -2,7 +2,7 @@
 
 Numerics follow the official code: RMSNorm computes in float32, casts back to the input dtype and then multiplies
 by the weight; rotary angles are computed in float32. Attention backends: `sdpa` (default, CPU and GPU),
-`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (block masks, GPU); optional ones are imported lazily.
+`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask, GPU); optional ones are imported lazily.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@
 Every command takes `--db` (a path or any SQLAlchemy URL; default: env DARE_BENCH_DB, else
 $DARE_BENCH_HOME/results.db). `ingest` validates every file before writing anything, writes them in one
 transaction, and skips what is already there (re-ingesting is a no-op); it also refreshes the reported scores
-from the registry.
+from the registry. Result files (`"format": "dare-bench-result"`) are written by jobs that run apart from the
+database with `dare_bench.store.write_result_file`; the JSON of `dare-bench eval --output` is an evaluation
+report with no run record, not a result file, and `ingest` refuses it.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def register(app: typer.Typer) -> None:
         db: Optional[str] = DB_OPTION,
         sync_reported: bool = typer.Option(True, help="Also refresh reported scores from the registry."),
     ) -> None:
-        """Load result files written by separate evaluation jobs (idempotent; all or nothing)."""
+        """Load result files (dare_bench.store.write_result_file) of separate jobs (idempotent; all or nothing)."""
         from dare_bench.store import Store
 
         store = Store(db)

@@ -3,8 +3,8 @@ and metric all-reduce. Everything degrades to a no-op in a single process (the C
 
 Data parallelism is plain and explicit: every rank draws the same global prompt order, takes its contiguous share
 of each step's prompts (whole GRPO groups stay on one rank), accumulates gradients locally and averages them with
-one all-reduce before the optimizer step, so weights and optimizer states stay identical on every rank. FSDP2
-sharding for models that do not fit one device is not implemented here (see `shard_model`).
+one all-reduce before the optimizer step, so weights and optimizer states stay identical on every rank. There is
+no FSDP2 sharding yet (issue #17): each rank holds the whole model, so a model must fit one device.
 
     CPU (one process; everything below is a no-op):  dare-bench reproduce d1-llada-sudoku --scale tiny
     one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
@@ -123,12 +123,5 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-def shard_model(model, info: DistInfo):
-    """FSDP2 sharding of the policy for models that do not fit one device — not implemented yet."""
-    if info.enabled:
-        raise NotImplementedError("FSDP2 sharding is not implemented; the RL loop replicates the model on each rank")
-    return model
-
-
 __all__ = ["DistInfo", "all_reduce_grads", "all_reduce_metrics", "barrier", "dist_info", "gather_objects",
-           "init_distributed", "shard_model", "shard_rows"]
+           "init_distributed", "shard_rows"]
