@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "dare_bench.registry.commands",
     "dare_bench.store.commands",
     "dare_bench.evaluators.commands",
+    "dare_bench.models.commands",
     "dare_bench.pipeline_commands",
     "dare_bench.check",
     "dare_bench.leaderboard_command",
