@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 Sink = Callable[[str, dict], Any]
 
-# Checkpoints below this size are tiny replicas trained on plain prompts: they default to the `tiny` preset.
-TINY_MAX_PARAMETERS = 100_000_000
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -215,7 +213,7 @@ def load_model(model_ref, task, *, device: str = "cpu", dtype: str = "float32", 
         if tokenizer is None:
             raise ConfigError("a model object needs its tokenizer (tokenizer=...)")
         name = getattr(model_ref, "name_or_path", type(model_ref).__name__)
-        return LoadedModel(model_ref, tokenizer, str(name), _is_tiny(model_ref), None)
+        return LoadedModel(model_ref, tokenizer, str(name), is_task_replica(tokenizer), None)
     ref = os.fspath(model_ref)
     path = Path(ref).expanduser()
     import torch
@@ -226,11 +224,11 @@ def load_model(model_ref, task, *, device: str = "cpu", dtype: str = "float32", 
         model, base_dir = load_adapter_checkpoint(path, dtype=dtype, device=device)
         tok_dir = path if ((path / "tokenizer.json").exists() or (path / "vocab.json").exists()) else base_dir
         tok = tokenizer if tokenizer is not None else load_tokenizer(str(tok_dir))
-        return LoadedModel(model, tok, ref, _is_tiny(model), str(path.resolve()))
+        return LoadedModel(model, tok, ref, is_task_replica(tok), str(path.resolve()))
     if path.is_dir():
         model = load_pretrained(str(path), dtype=dtype, device=device)
         tok = tokenizer if tokenizer is not None else load_tokenizer(str(path))
-        return LoadedModel(model, tok, ref, _is_tiny(model), str(path.resolve()))
+        return LoadedModel(model, tok, ref, is_task_replica(tok), str(path.resolve()))
     if path.exists():
         raise CheckpointError(f"{path}: expected a checkpoint directory")
     from dare_bench.models.io import build_model, resolve_dtype
@@ -280,11 +278,11 @@ def _task_tokenizer(task):
     return build_task_tokenizer(getattr(task, "name", task))
 
 
-def _is_tiny(model) -> bool:
-    try:
-        return sum(p.numel() for p in model.parameters()) < TINY_MAX_PARAMETERS
-    except Exception:  # a fake or foreign model: treat as full size
-        return False
+def is_task_replica(tokenizer) -> bool:
+    """A model whose tokenizer has no chat template is a tiny replica trained on a task tokenizer's plain prompts,
+    whatever its size; a real checkpoint (or a shrunk copy of one) brings its chat template. Decides the default
+    preset: `tiny` for replicas, the pinned paper preset otherwise."""
+    return not getattr(tokenizer, "chat_template", None)
 
 
 def resolve_preset(preset: str | SamplerPreset | None, family: str, task_name: str, tiny: bool) -> SamplerPreset:

@@ -337,14 +337,14 @@ def _stdout_to_stderr():
 
 def _template_for(model: str, task_obj, preset: str | None, seed: int) -> str:
     """The prompt template the native evaluator would use: 'plain' or the checkpoint dir (its chat template)."""
-    from dare_bench.evaluators.evaluator import TINY_MAX_PARAMETERS, load_model, resolve_preset
+    from dare_bench.evaluators.evaluator import is_task_replica, load_model, resolve_preset
 
     path = Path(str(model)).expanduser()
     if path.is_dir():
-        from dare_bench.models import from_config
+        from dare_bench.models import from_config, load_tokenizer
 
-        meta = from_config(str(path))  # meta device: family and size without reading weights
-        tiny = meta.num_parameters() < TINY_MAX_PARAMETERS
+        meta = from_config(str(path))  # meta device: the family without reading weights
+        tiny = is_task_replica(load_tokenizer(str(path)))
         chosen = resolve_preset(preset, meta.traits.family, task_obj.name, tiny)
         return "plain" if chosen.template == "plain" else str(path.resolve())
     probe = load_model(str(model), task_obj, device="cpu", dtype="float32", seed=seed)  # a tiny preset model

@@ -279,3 +279,20 @@ def test_a_decode_that_never_finishes_fails_its_items_only(tok):
     stuck = [r for r in res.records if "generation_error" in r["details"]]
     assert len(stuck) == 1 and stuck[0]["correct"] is False and str(budget) in stuck[0]["details"]["generation_error"]
     assert sum(r["correct"] for r in res.records) == 2 and res.metrics["generation_errors"] == 1.0
+
+
+def test_the_preset_follows_what_the_checkpoint_is_not_its_size(tmp_path):
+    """A shrunk real checkpoint (80M parameters, real tokenizer + chat template) gets the paper preset; a tiny
+    replica with a task tokenizer gets `tiny`."""
+    from testpaths import CHECKPOINTS
+    from dare_bench.evaluators.evaluator import load_model, resolve_preset
+    from dare_bench.models.shrink import shrink_checkpoint
+    from dare_bench.tasks import get_task
+
+    task = get_task("gsm8k")
+    shrink_checkpoint(CHECKPOINTS / "Dream-v0-Instruct-7B", tmp_path / "dream")
+    real = load_model(str(tmp_path / "dream"), task)
+    assert real.model.num_parameters() < 100_000_000 and not real.tiny
+    assert resolve_preset(None, "dream", "gsm8k", real.tiny).name != "tiny"
+    replica = load_model("tiny-dream", task)
+    assert replica.tiny and resolve_preset(None, "dream", "gsm8k", replica.tiny).name == "tiny"
