@@ -244,9 +244,9 @@ def default_preset(family: str, task: str, tiny: bool) -> SamplerPreset:
 
 
 def sampler_kind(traits) -> str:
-    """The sampler `generate()` picks for these traits (kept in step with dare_bench.diffusion.sampling)."""
-    if traits.attention == "block_causal":
-        return "block"
-    return "dream" if traits.logit_shift == 1 else "llada"
+    """The sampler `generate()` picks for these traits (dare_bench.diffusion.sampling.sampler_for)."""
+    from dare_bench.diffusion.sampling import sampler_for  # imports torch: only when asked
+
+    return sampler_for(traits)
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from dare_bench.bench.rollout import peaked_init
-from dare_bench.diffusion.sampling import _ass_plan, _eoser_gamma, generate, replay_trajectory
+from dare_bench.diffusion.sampling import generate, replay_trajectory
+from dare_bench.diffusion.sampling.llada import ass_plan, eoser_gamma
 from dare_bench.errors import SamplerError
 
 
@@ -175,18 +176,17 @@ def test_generator_makes_sampling_reproducible(llada, dream):
 
 
 def test_ass_plan_and_eoser_schedule(llada):
-    sizes, counts = _ass_plan(128, 7, 4)
+    sizes, counts = ass_plan(128, 7, 4)
     assert [s for s, _ in sizes] == [15, 16, 32, 65]
     assert [st for _, st in sizes] == [[0, 1, 2, 3], [4], [5], [6]]
     assert counts == [1, 2, 4, 8, 16, 32, 65]
-    sizes1, counts1 = _ass_plan(16, 4, 1)
+    sizes1, counts1 = ass_plan(16, 4, 1)
     assert sizes1 == [(16, [0, 1, 2, 3])] and sum(counts1) == 16
     out = generate(llada, _prompt(6), gen_length=16, ass=True, ass_blocks=2)
     assert out.stats.forwards == 4 and not bool((out.sequences == llada.traits.mask_token_id).any())
-    r = {"eos_min_gamma": 0.4, "eos_max_gamma": 1.0, "steps": 5, "ass": False}
-    assert [_eoser_gamma(r, i) for i in range(5)] == pytest.approx([0.4, 0.55, 0.7, 0.85, 1.0])
-    r = {"eos_min_gamma": 0.01, "eos_max_gamma": 1.0, "steps": 4, "ass": True}
-    assert _eoser_gamma(r, 3) == pytest.approx(0.01 + 0.99 * 15 / 16)
+    gammas = [eoser_gamma(i, min_gamma=0.4, max_gamma=1.0, steps=5, ass=False) for i in range(5)]
+    assert gammas == pytest.approx([0.4, 0.55, 0.7, 0.85, 1.0])
+    assert eoser_gamma(3, min_gamma=0.01, max_gamma=1.0, steps=4, ass=True) == pytest.approx(0.01 + 0.99 * 15 / 16)
 
 
 def test_eoser_delays_eos(llada):

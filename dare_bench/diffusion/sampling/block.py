@@ -1,0 +1,383 @@
+"""Block diffusion samplers: SDAR `block_diffusion_generate` (convention "sdar") and LLaDA2 `generate` (convention
+"llada2"), with their `sample_with_temperature_topk_topp`, remasking strategies (low_confidence_static |
+low_confidence_dynamic | sequential) and the exact block KV cache (`use_cache="exact"`, cache.py).
+
+Each convention is a subclass of `BlockSettings` (`SdarSettings`, `Llada2Settings`, looked up by name in
+`BLOCK_CONVENTION_SETTINGS`); what differs between the two official functions is a method of the subclass.
+
+Deliberate deviations (shared/docs/models.md):
+- SDAR temperature 0 is a SamplerError (upstream divides by zero); greedy is `top_k=1` as upstream.
+- SDAR: a block still masked after `denoising_steps` (only if the model commits the mask token) gets more steps with
+  quota 1 (upstream raises IndexError).
+- Equal-length prompts are decoded as one batch (rows are independent; a finished row is frozen). The block grid is
+  absolute, so a left-padded batch is decoded row by row (same tokens as one prompt at a time, no joint trajectory)
+  and laid out like the input (pads, prompt, canvas; right-filled with the mask id). LLaDA2 rows of different cut
+  lengths are right-padded with the pad id. `eos_early_stop` needs batch 1.
+- With `use_cache="exact"` (default) a finished block's keys / values are stored in the next block's first forward
+  instead of a separate commit forward (same tokens, one model call fewer per block).
+Upstream quirks kept on purpose (comments at the code): SDAR asks topk for the scheduled count even when fewer masks
+are left (rewriting unmasked positions); `sequential` may rewrite too. LLaDA2 `temperature=0` still samples
+(multinomial), `steps = min(steps, gen_length // minimal_topk)`, returns only the generated tokens cut after the first
+eos, and `eos_early_stop` returns prompt + tokens (searching eos from position 0).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from dare_bench.diffusion.cache import ExactBlockCache
+from dare_bench.diffusion.sampling.core import (
+    CallSettings,
+    Decoded,
+    SamplerRun,
+    SamplerSettings,
+    Trajectory,
+    check_int,
+    check_unit,
+    is_left_padded,
+    register_sampler,
+)
+from dare_bench.errors import SamplerError
+from dare_bench.models.layers import block_causal_mask
+
+REMASKING_STRATEGIES = ("low_confidence_static", "low_confidence_dynamic", "sequential")
+BLOCK_CACHES = ("exact", "none")
+
+
+def block_sample_tokens(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
+    """SDAR / LLaDA2 `sample_with_temperature_topk_topp`: one multinomial call over `[B*b, V]`."""
+    shape = logits.shape[:-1]
+    flat = logits.reshape(-1, logits.shape[-1])
+    # LLaDA2 at temperature 0 does not scale and still samples (multinomial), as upstream; SDAR never gets here
+    # with temperature 0 (refused in SdarSettings.resolve)
+    if temperature > 0 and temperature != 1.0:
+        flat = flat / temperature
+    if top_k is not None and top_k > 0:
+        kth = torch.topk(flat, top_k)[0][..., -1, None]
+        flat = torch.where(flat < kth, torch.full_like(flat, float("-inf")), flat)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(flat, descending=True)
+        cum = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+        drop = cum > top_p
+        drop[..., 1:] = drop[..., :-1].clone()
+        drop[..., 0] = False
+        flat = flat.masked_fill(torch.zeros_like(flat, dtype=torch.bool).scatter(-1, sorted_idx, drop), float("-inf"))
+    probs = F.softmax(flat, dim=-1)
+    tok = torch.multinomial(probs, num_samples=1, generator=generator)
+    return tok.view(shape), torch.gather(probs, -1, tok).view(shape)
+
+
+@register_sampler("block")
+@dataclass(frozen=True)
+class BlockSettings(SamplerSettings):
+    """Settings of the block diffusion sampler; `resolve` returns the subclass of the chosen convention."""
+
+    block_length: int
+    steps: int  # denoising steps per block
+    threshold: float  # confidence threshold of low_confidence_dynamic
+    remasking_strategy: str
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    use_cache: str  # exact | none
+    eos_early_stop: bool
+    stop_at_eos: bool
+    minimal_topk: int
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({
+        "denoising_steps", "remasking_strategy", "confidence_threshold", "convention", "minimal_topk",
+        "eos_early_stop"})
+    CONVENTION: ClassVar[str]
+
+    @classmethod
+    def resolve(cls, call: CallSettings, options: dict[str, Any], traits, prompt_ids, attention_mask):
+        gen, threshold, steps = call.gen_length, call.threshold, call.steps
+        convention = options.get("convention", DEFAULT_BLOCK_CONVENTION.get(traits.family, "sdar"))
+        if convention not in BLOCK_CONVENTION_SETTINGS:
+            raise SamplerError(f"unknown block convention {convention!r}; use one of {BLOCK_CONVENTIONS}")
+        chosen = BLOCK_CONVENTION_SETTINGS[convention]
+        if not traits.is_block_diffusion and traits.logit_shift != 0:
+            raise SamplerError("the block sampler needs a model whose logits are not shifted")
+        padded = is_left_padded(attention_mask)
+        if padded and call.return_trajectory:
+            raise SamplerError("block diffusion decodes a left-padded batch row by row (the block grid is absolute), "
+                               "so it has no joint trajectory; pass equal-length prompts with return_trajectory")
+        b = call.block_length or traits.block_size or 32
+        if b > gen:
+            raise SamplerError(f"block_length {b} is longer than gen_length {gen}")
+        ds = options.get("denoising_steps")
+        if ds is not None and steps is not None and ds != steps:
+            raise SamplerError(f"denoising_steps {ds} and steps {steps} disagree (both are steps per block)")
+        steps = check_int("denoising_steps", ds if ds is not None else (steps if steps is not None else b))
+        ct = options.get("confidence_threshold")
+        if ct is not None and threshold is not None and float(ct) != threshold:
+            raise SamplerError(f"confidence_threshold {ct} and threshold {threshold} disagree")
+        thr = check_unit("confidence_threshold", ct) if ct is not None else threshold
+        strategy = options.get("remasking_strategy", "low_confidence_dynamic")
+        if strategy not in REMASKING_STRATEGIES:
+            raise SamplerError(f"unknown remasking_strategy {strategy!r}; use one of {REMASKING_STRATEGIES}")
+        minimal_topk = check_int("minimal_topk", options.get("minimal_topk", 1))
+        eos_early_stop = bool(options.get("eos_early_stop", False))
+        if eos_early_stop and (not chosen.HAS_EOS_EARLY_STOP or prompt_ids.shape[0] != 1 or padded):
+            raise SamplerError("eos_early_stop is the LLaDA2 sampler's batch-1 option (convention='llada2')")
+        use_cache = call.use_cache or "exact"
+        if use_cache not in BLOCK_CACHES:
+            raise SamplerError(f"use_cache {use_cache!r} is not one of {BLOCK_CACHES} for block diffusion")
+        return chosen.with_defaults(
+            call, block_length=b, steps=steps, threshold=thr, remasking_strategy=strategy, use_cache=use_cache,
+            eos_early_stop=eos_early_stop, minimal_topk=minimal_topk)
+
+    @classmethod
+    @abstractmethod
+    def with_defaults(cls, call: CallSettings, **fields) -> "BlockSettings":
+        """The convention's defaults for temperature / top_k / top_p / threshold / stop_at_eos (and its checks)."""
+
+    def record(self) -> dict[str, Any]:
+        out = super().record()
+        out.update(convention=self.CONVENTION, block_length=self.block_length, steps=self.steps,
+                   threshold=self.threshold, remasking_strategy=self.remasking_strategy,
+                   temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, use_cache=self.use_cache,
+                   eos_early_stop=self.eos_early_stop, stop_at_eos=self.stop_at_eos, minimal_topk=self.minimal_topk)
+        return out
+
+    # ---- what the conventions do differently
+
+    HAS_EOS_EARLY_STOP: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def block_stop_ids(self) -> tuple[int, ...]:
+        """Tokens that finish a row under `stop_at_eos`."""
+
+    @abstractmethod
+    def quota_after_schedule(self, step: int) -> int | None:
+        """Tokens to commit at `step >= steps` in a block that still has masks; None leaves the block as it is."""
+
+    @abstractmethod
+    def topk_count(self, quota: int, n_masked: int) -> int:
+        """How many positions one step asks topk (or `sequential`) for."""
+
+    @abstractmethod
+    def stop_region(self, x: torch.Tensor, prompt_length: int, block_end: int) -> torch.Tensor:
+        """Part of the canvas searched for stop ids after a block."""
+
+    @abstractmethod
+    def finish(self, model, x: torch.Tensor, prompt_length: int, run: SamplerRun) -> Decoded:
+        """The official return value from the final canvas."""
+
+    @abstractmethod
+    def finish_rows(self, model, canvas: torch.Tensor, rows: list[Decoded], prompt_length: int) -> Decoded:
+        """The return value of a left-padded batch decoded row by row (`canvas` already laid out)."""
+
+    # ---- decoding
+
+    def decode(self, model, prompt_ids, attention_mask, run: SamplerRun) -> Decoded:
+        if is_left_padded(attention_mask):
+            return self.decode_rows(model, prompt_ids, attention_mask, run)
+        return self.decode_batch(model, prompt_ids, run)
+
+    def trajectory(self, run: SamplerRun, prompt_length: int) -> Trajectory | None:
+        if run.steps is None:
+            return None
+        return Trajectory(steps=run.steps, prompt_length=prompt_length, kind="block", mask_id=self.mask_id,
+                          block_size=self.block_length)
+
+    def decode_batch(self, model, prompt: torch.Tensor, run: SamplerRun) -> Decoded:
+        """Equal-length prompts: block by block over the absolute grid, `steps` steps per block."""
+        mask_id, gen, b, steps = self.mask_id, self.gen_length, self.block_length, self.steps
+        b_sz, p = prompt.shape
+        device = prompt.device
+        n_blocks = (p + gen + b - 1) // b
+        total = n_blocks * b
+        x = torch.full((b_sz, total), mask_id, dtype=torch.long, device=device)
+        x[:, :p] = prompt
+        first_block = p // b
+        sched = [b // steps + (1 if i < b % steps else 0) for i in range(steps)]
+        cache = None
+        if self.use_cache == "exact":
+            cache = ExactBlockCache(model, b, run.forward)
+            cache.prefill(x[:, :first_block * b])
+        done = torch.zeros(b_sz, dtype=torch.bool, device=device)
+        thr, strategy, eos_id = self.threshold, self.remasking_strategy, self.eos_id
+
+        for k in range(first_block, n_blocks):
+            s0, s1 = k * b, (k + 1) * b
+            step = 0
+            while True:
+                blk = x[:, s0:s1]
+                mask_index = (blk == mask_id) & ~done[:, None]
+                if not bool(mask_index.any()):
+                    break
+                if step >= steps:
+                    quota = self.quota_after_schedule(step)
+                    if quota is None:
+                        break
+                else:
+                    quota = sched[step]
+                if cache is not None:
+                    logits = cache.block_logits(blk)
+                else:
+                    pos = torch.arange(s1, device=device).expand(b_sz, s1)
+                    logits = run.forward(x[:, :s1], position_ids=pos,
+                                         attn_mask=block_causal_mask(s1, s1, b, device=device))[:, s0:s1]
+                x0, p0 = block_sample_tokens(logits, self.temperature, self.top_k, self.top_p, self.generator)
+                conf = torch.where(mask_index, p0, torch.full_like(p0, -torch.inf))
+                transfer = torch.zeros_like(mask_index)
+                for j in range(b_sz):
+                    if done[j] or not bool(mask_index[j].any()):
+                        continue
+                    kq = self.topk_count(quota, int(mask_index[j].sum()))
+                    if strategy == "sequential":
+                        # from the first mask on, kq positions, masked or not (may rewrite, as upstream)
+                        first = int(mask_index[j].nonzero()[0])
+                        transfer[j, first:first + kq] = True
+                    elif strategy == "low_confidence_static":
+                        transfer[j, torch.topk(conf[j], kq).indices] = True
+                    else:
+                        high = conf[j] > thr
+                        if int(high.sum()) >= quota:
+                            transfer[j] = high
+                        else:
+                            transfer[j, torch.topk(conf[j], kq).indices] = True
+                before = x.clone() if run.recording else None
+                blk[transfer] = x0[transfer]
+                if before is not None:
+                    run.record(before, before, x, mask_id, s1)
+                step += 1
+                if self.eos_early_stop and bool((x0[transfer] == eos_id).any()):
+                    # LLaDA2: searches eos from position 0 and returns prompt + tokens up to it
+                    eos_pos = (x[0, :s1] == eos_id).nonzero()
+                    if len(eos_pos) > 0:
+                        e = int(eos_pos[0])
+                        if bool((x[0, p:e] != mask_id).all()):
+                            return Decoded(x[:, :e + 1].clone(), x, self.trajectory(run, p), p)
+            if self.stop_at_eos:
+                region = self.stop_region(x, p, s1)
+                for t in self.block_stop_ids:
+                    done |= (region == t).any(1)
+            if bool(done.all()):
+                break
+            if cache is not None and k + 1 < n_blocks:
+                cache.commit(x[:, s0:s1])
+        return self.finish(model, x, p, run)
+
+    def decode_rows(self, model, prompt: torch.Tensor, am: torch.Tensor, run: SamplerRun) -> Decoded:
+        """Left-padded batch: each row decoded on its own (its block grid starts at its own first token), then laid
+        out like the input: row j = pads + its canvas, right-filled with the mask id (positions that row never had);
+        the generated region starts at the padded prompt width for every row."""
+        b_sz, p = prompt.shape
+        rows = []
+        for j in range(b_sz):
+            start = int((am[j] == 0).sum())
+            rows.append((start, self.decode_batch(model, prompt[j:j + 1, start:], run)))
+        width = max(start + out.canvas.shape[1] for start, out in rows)
+        canvas = torch.full((b_sz, width), self.mask_id, dtype=torch.long, device=prompt.device)
+        for j, (start, out) in enumerate(rows):
+            canvas[j, :start] = prompt[j, :start]
+            canvas[j, start:start + out.canvas.shape[1]] = out.canvas[0]
+        return self.finish_rows(model, canvas, [out for _, out in rows], p)
+
+
+@dataclass(frozen=True)
+class SdarSettings(BlockSettings):
+    """SDAR `block_diffusion_generate`: returns the whole canvas (prompt + every block)."""
+
+    CONVENTION: ClassVar[str] = "sdar"
+
+    @classmethod
+    def with_defaults(cls, call: CallSettings, **fields) -> "SdarSettings":
+        temperature = 1.0 if call.temperature is None else float(call.temperature)
+        if temperature == 0:
+            raise SamplerError("the SDAR sampler divides by the temperature; for greedy decoding use top_k=1")
+        if fields["threshold"] is None:
+            fields["threshold"] = 0.85
+        return cls(**cls.common_fields(call), **fields, temperature=temperature,
+                   top_k=0 if call.top_k is None else call.top_k, top_p=1.0 if call.top_p is None else call.top_p,
+                   stop_at_eos=bool(call.stop_at_eos or False))
+
+    @property
+    def block_stop_ids(self) -> tuple[int, ...]:
+        return self.stop_ids  # the stopping criteria hold every stop id
+
+    def quota_after_schedule(self, step: int) -> int | None:
+        # upstream would index past its schedule here (IndexError); at most block_length extra one-token steps, so a
+        # model that keeps predicting the mask token cannot loop forever
+        return None if step >= self.steps + self.block_length else 1
+
+    def topk_count(self, quota: int, n_masked: int) -> int:
+        # SDAR asks topk for the scheduled count even when fewer masks are left (then it rewrites unmasked
+        # positions, as upstream does)
+        return quota
+
+    def stop_region(self, x, prompt_length, block_end):
+        return x[:, prompt_length:]
+
+    def finish(self, model, x, prompt_length, run):
+        return Decoded(x, x, self.trajectory(run, prompt_length), prompt_length)
+
+    def finish_rows(self, model, canvas, rows, prompt_length):
+        return Decoded(canvas, canvas, None, prompt_length)
+
+
+@dataclass(frozen=True)
+class Llada2Settings(BlockSettings):
+    """LLaDA2 `generate`: returns only the generated tokens, cut after the first eos."""
+
+    CONVENTION: ClassVar[str] = "llada2"
+    HAS_EOS_EARLY_STOP: ClassVar[bool] = True
+
+    @classmethod
+    def with_defaults(cls, call: CallSettings, **fields) -> "Llada2Settings":
+        if fields["threshold"] is None:
+            fields["threshold"] = 0.95
+        # upstream: steps = min(steps, gen_length // minimal_topk)
+        fields["steps"] = min(fields["steps"], call.gen_length // fields["minimal_topk"])
+        return cls(**cls.common_fields(call), **fields,
+                   temperature=0.0 if call.temperature is None else float(call.temperature), top_k=call.top_k,
+                   top_p=call.top_p, stop_at_eos=True if call.stop_at_eos is None else bool(call.stop_at_eos))
+
+    @property
+    def block_stop_ids(self) -> tuple[int, ...]:
+        return (self.eos_id,)
+
+    def quota_after_schedule(self, step: int) -> int | None:
+        return None  # upstream leaves the block as it is after `steps` steps
+
+    def topk_count(self, quota: int, n_masked: int) -> int:
+        return min(quota, n_masked)  # capped at the masks left
+
+    def stop_region(self, x, prompt_length, block_end):
+        return x[:, prompt_length:block_end]
+
+    def finish(self, model, x, prompt_length, run):
+        gen = self.gen_length
+        answer = x[:, prompt_length:prompt_length + gen]
+        rows = []
+        for j in range(x.shape[0]):
+            hits = (answer[j] == self.eos_id).nonzero()
+            cut = int(hits[0]) + 1 if len(hits) else gen
+            rows.append(answer[j, :cut])
+        return Decoded(self.right_padded(model, rows, x.device), x, self.trajectory(run, prompt_length), 0)
+
+    def finish_rows(self, model, canvas, rows, prompt_length):
+        return Decoded(self.right_padded(model, [out.sequences[0] for out in rows], canvas.device), canvas, None, 0)
+
+    @staticmethod
+    def right_padded(model, rows: list[torch.Tensor], device) -> torch.Tensor:
+        """Rows of different cut lengths, right-padded with the pad id."""
+        width = max(t.shape[0] for t in rows)
+        out = torch.full((len(rows), width), model.traits.pad_token_id, dtype=torch.long, device=device)
+        for j, t in enumerate(rows):
+            out[j, :t.shape[0]] = t
+        return out
+
+
+BLOCK_CONVENTION_SETTINGS: dict[str, type[BlockSettings]] = {"sdar": SdarSettings, "llada2": Llada2Settings}
+BLOCK_CONVENTIONS = tuple(BLOCK_CONVENTION_SETTINGS)
+# Which official block sampler a family ships with (its own generate function), by traits.family.
+DEFAULT_BLOCK_CONVENTION = {"llada2": "llada2"}

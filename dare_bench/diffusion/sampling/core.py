@@ -1,0 +1,387 @@
+"""Shared core of the diffusion samplers: results, forward counting and trajectory recording, setting checks, the
+sampler registry, `generate` and `replay_trajectory`.
+
+Each sampler family (`llada.py`, `dream.py`, `block.py`) is a frozen settings dataclass registered here by name
+(`register_sampler`). `generate` picks the name from `model.traits` (`sampler_for`) or `sampler=`, checks the
+settings every sampler takes (`CallSettings`), lets the family build and validate its own settings object
+(`SamplerSettings.resolve`, raising SamplerError before any forward), then runs `settings.decode`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, NamedTuple
+
+import torch
+
+from dare_bench.errors import SamplerError
+from dare_bench.models.base import shift_logits
+from dare_bench.models.layers import block_causal_mask
+
+# settings every sampler takes (each family adds its own `SamplerSettings.OPTIONS`)
+COMMON_OPTIONS = frozenset({
+    "sampler", "gen_length", "max_new_tokens", "steps", "block_length", "temperature", "top_p", "top_k",
+    "use_cache", "threshold", "stop_at_eos", "generator", "return_trajectory", "progress", "mask_id", "eos_id",
+})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class GenerationStats:
+    forwards: int = 0
+    token_forwards: int = 0  # sum over forwards of batch x query length: a hardware-free FLOP proxy
+    generated_tokens: int = 0  # per sequence (mean over the batch) committed in the generated region
+    tokens_per_forward: float = 0.0
+    wall_seconds: float = 0.0
+
+
+@dataclass
+class TrajectoryStep:
+    state: torch.Tensor  # [B, T] canvas before the step
+    unmasked: torch.Tensor  # bool [B, T]: positions that went from mask to a token in this step
+    region_end: int  # canvas end the step's model call could see (block end for block diffusion)
+
+
+@dataclass
+class Trajectory:
+    steps: list[TrajectoryStep]
+    prompt_length: int
+    kind: str  # "mdlm" | "block"
+    mask_id: int
+    logit_shift: int = 0
+    block_size: int | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)  # padding mask / positions of the full canvas
+    cfg_scale: float = 0.0
+    prompt_index: torch.Tensor | None = None
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor
+    canvas: torch.Tensor  # [B, T] full canvas (prompt + every generated position) before any cut
+    prompt_length: int
+    stats: GenerationStats
+    settings: dict[str, Any]
+    trajectory: Trajectory | None = None
+
+
+class Decoded(NamedTuple):
+    """What a family's `decode` returns; `generate` wraps it into a GenerationOutput."""
+
+    sequences: torch.Tensor  # shaped like the official function's return
+    canvas: torch.Tensor  # full canvas before any cut
+    trajectory: Trajectory | None
+    prompt_length: int  # where the generated part of `sequences` starts (0 when only generated tokens are returned)
+
+
+class SamplerRun:
+    """Counts forwards, records the trajectory and drives the optional progress bar."""
+
+    def __init__(self, model, record: bool, progress: bool, total: int | None):
+        self.model = model
+        self.stats = GenerationStats()
+        self.steps: list[TrajectoryStep] | None = [] if record else None
+        self.bar = None
+        if progress:
+            try:
+                from tqdm.auto import tqdm
+            except ModuleNotFoundError:  # pragma: no cover - tqdm ships with the base install
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=total, desc="diffusion forwards", leave=False)
+
+    @property
+    def recording(self) -> bool:
+        return self.steps is not None
+
+    def forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+        self.stats.forwards += 1
+        self.stats.token_forwards += int(ids.numel())
+        if self.bar is not None:
+            self.bar.update(1)
+        return model_logits(self.model, ids, **kwargs)
+
+    def record(self, state: torch.Tensor, before: torch.Tensor, after: torch.Tensor, mask_id: int, end: int):
+        if self.steps is not None:
+            unmasked = (before == mask_id) & (after != mask_id)
+            self.steps.append(TrajectoryStep(state=state, unmasked=unmasked, region_end=end))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    out = model(ids, **kwargs)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def uniform(shape, dtype, device, generator) -> torch.Tensor:
+    # torch.rand(shape) draws from the same stream as the official torch.rand_like(...) calls
+    return torch.rand(shape, dtype=dtype, device=device, generator=generator)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# setting checks
+
+
+def check_int(name, value, low=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SamplerError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def check_unit(name, value, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) <= 1:
+        raise SamplerError(f"{name} must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def is_left_padded(attention_mask: torch.Tensor | None) -> bool:
+    return attention_mask is not None and not bool(attention_mask.bool().all())
+
+
+def check_prompt(prompt_ids, attention_mask) -> None:
+    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 2 or prompt_ids.dtype not in (
+            torch.int64, torch.int32):
+        raise SamplerError("prompt_ids must be an integer tensor [batch, prompt_length]")
+    if prompt_ids.shape[0] < 1:
+        raise SamplerError("prompt_ids has an empty batch")
+    if attention_mask is not None:
+        if attention_mask.shape != prompt_ids.shape:
+            raise SamplerError(f"attention_mask {tuple(attention_mask.shape)} does not match prompt_ids "
+                               f"{tuple(prompt_ids.shape)}")
+        m = attention_mask.bool()
+        # left padding only: once a row has a real token, the rest of it is real
+        if bool((m[:, :-1] & ~m[:, 1:]).any()):
+            raise SamplerError("attention_mask must be left-padded (zeros only before the prompt tokens)")
+        if not bool(m.any(dim=1).all()):
+            raise SamplerError("a row of attention_mask is all padding")
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """The settings every sampler takes, checked. Those whose default depends on the family stay None when not
+    given; `given` holds the names the caller passed (Dream's defaults depend on it)."""
+
+    sampler: str
+    gen_length: int
+    mask_id: int
+    eos_id: int
+    stop_ids: tuple[int, ...]  # eos first, then the model's other stop ids
+    generator: torch.Generator | None
+    return_trajectory: bool
+    progress: bool
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    threshold: float | None
+    block_length: int | None
+    steps: int | None
+    use_cache: Any  # the raw value (None / falsy = the family's default); each family checks it
+    stop_at_eos: bool | None
+    given: frozenset[str]
+
+    @classmethod
+    def parse(cls, sampler: str, traits, settings: dict[str, Any]) -> "CallSettings":
+        gen = settings.get("gen_length")
+        mnt = settings.get("max_new_tokens")
+        if gen is not None and mnt is not None and gen != mnt:
+            raise SamplerError(f"gen_length {gen} and max_new_tokens {mnt} disagree")
+        gen = check_int("gen_length", gen if gen is not None else (mnt if mnt is not None else 128))
+        mask_id = int(settings.get("mask_id", traits.mask_token_id))
+        eos_id = int(settings.get("eos_id", traits.eos_token_id))
+        stop_ids = tuple(dict.fromkeys((int(traits.eos_token_id), *map(int, traits.stop_token_ids))))
+        if "eos_id" in settings:
+            stop_ids = (eos_id,) + tuple(t for t in stop_ids if t != eos_id)
+        generator = settings.get("generator")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise SamplerError("generator must be a torch.Generator or None")
+        temperature = settings.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or temperature < 0):
+            raise SamplerError(f"temperature must be >= 0, got {temperature!r}")
+        top_p = settings.get("top_p")
+        if top_p is not None:
+            top_p = check_unit("top_p", top_p)
+        top_k = settings.get("top_k")
+        if top_k is not None:
+            top_k = check_int("top_k", top_k, low=0)
+        threshold = check_unit("threshold", settings.get("threshold"))
+        block_length = settings.get("block_length")
+        if block_length is not None:
+            check_int("block_length", block_length)
+            if block_length > gen:
+                raise SamplerError(f"block_length {block_length} is longer than gen_length {gen}")
+        steps = settings.get("steps")
+        if steps is not None:
+            check_int("steps", steps)
+        stop_at_eos = settings.get("stop_at_eos")
+        return cls(
+            sampler=sampler, gen_length=gen, mask_id=mask_id, eos_id=eos_id, stop_ids=stop_ids, generator=generator,
+            return_trajectory=bool(settings.get("return_trajectory", False)),
+            progress=bool(settings.get("progress", False)), temperature=temperature, top_p=top_p, top_k=top_k,
+            threshold=threshold, block_length=block_length, steps=steps, use_cache=settings.get("use_cache"),
+            stop_at_eos=None if stop_at_eos is None else bool(stop_at_eos), given=frozenset(settings),
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# settings base class and registry
+
+
+@dataclass(frozen=True)
+class SamplerSettings(ABC):
+    """Resolved settings of one sampler family (frozen). Subclasses add their fields, build themselves from the
+    call in `resolve` (every check there, before any forward) and decode in `decode`."""
+
+    sampler: str
+    gen_length: int
+    mask_id: int
+    eos_id: int
+    stop_ids: tuple[int, ...]
+    generator: torch.Generator | None
+    return_trajectory: bool
+    progress: bool
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()  # settings only this family takes
+
+    @staticmethod
+    def common_fields(call: CallSettings) -> dict[str, Any]:
+        return {"sampler": call.sampler, "gen_length": call.gen_length, "mask_id": call.mask_id,
+                "eos_id": call.eos_id, "stop_ids": call.stop_ids, "generator": call.generator,
+                "return_trajectory": call.return_trajectory, "progress": call.progress}
+
+    @classmethod
+    @abstractmethod
+    def resolve(cls, call: CallSettings, options: dict[str, Any], traits, prompt_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None) -> "SamplerSettings":
+        """Build and check the settings from the common call settings and the family's own `options`."""
+
+    @abstractmethod
+    def decode(self, model, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               run: SamplerRun) -> Decoded:
+        """Decode the (device-resident) prompts; every forward goes through `run.forward`."""
+
+    def record(self) -> dict[str, Any]:
+        """The settings as recorded in `GenerationOutput.settings` (everything but the generator)."""
+        return {"sampler": self.sampler, "gen_length": self.gen_length, "mask_id": self.mask_id,
+                "eos_id": self.eos_id, "stop_ids": self.stop_ids, "return_trajectory": self.return_trajectory,
+                "progress": self.progress}
+
+
+SAMPLER_REGISTRY: dict[str, type[SamplerSettings]] = {}
+
+
+def register_sampler(name: str) -> Callable[[type[SamplerSettings]], type[SamplerSettings]]:
+    def add(cls: type[SamplerSettings]) -> type[SamplerSettings]:
+        if name in SAMPLER_REGISTRY:
+            raise ValueError(f"sampler {name!r} is registered twice")
+        SAMPLER_REGISTRY[name] = cls
+        return cls
+    return add
+
+
+def sampler_for(traits) -> str:
+    """The sampler a model gets without `sampler=`: block_causal -> "block", else logit_shift 1 -> "dream", else
+    "llada"."""
+    if traits.attention == "block_causal":
+        return "block"
+    return "dream" if traits.logit_shift == 1 else "llada"
+
+
+def resolve_settings(model, prompt_ids, attention_mask, settings: dict[str, Any]) -> SamplerSettings:
+    """The sampler's frozen settings for this call; raises SamplerError on anything invalid."""
+    traits = model.traits
+    sampler = settings.get("sampler")
+    if sampler is None:
+        sampler = sampler_for(traits)
+    family = SAMPLER_REGISTRY.get(sampler)
+    if family is None:
+        raise SamplerError(f"unknown sampler {sampler!r}; use one of {tuple(SAMPLER_REGISTRY)}")
+    allowed = COMMON_OPTIONS | family.OPTIONS
+    unknown = sorted(set(settings) - allowed)
+    if unknown:
+        others = [k for k in unknown if any(k in f.OPTIONS for f in SAMPLER_REGISTRY.values())]
+        hint = f" ({others} belong to another sampler)" if others else ""
+        raise SamplerError(f"unknown setting(s) {unknown} for sampler {sampler!r}{hint}; known: {sorted(allowed)}")
+    check_prompt(prompt_ids, attention_mask)
+    call = CallSettings.parse(sampler, traits, settings)
+    options = {k: v for k, v in settings.items() if k in family.OPTIONS}
+    return family.resolve(call, options, traits, prompt_ids, attention_mask)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# entry points
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+             **settings) -> GenerationOutput:
+    """Run the diffusion sampler that fits `model.traits` (see the package docstring for settings)."""
+    resolved = resolve_settings(model, prompt_ids, attention_mask, settings)
+    device = next(model.parameters()).device
+    prompt_ids = prompt_ids.to(device=device, dtype=torch.long)
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(device)
+    run = SamplerRun(model, resolved.return_trajectory, resolved.progress, None)
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    try:
+        out = resolved.decode(model, prompt_ids, attention_mask, run)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    finally:
+        run.close()
+        model.train(was_training)
+    st = run.stats
+    st.wall_seconds = time.perf_counter() - t0
+    p = prompt_ids.shape[1]
+    st.generated_tokens = int((out.canvas[:, p:] != resolved.mask_id).sum().item()) // out.canvas.shape[0]
+    st.tokens_per_forward = st.generated_tokens / st.forwards if st.forwards else 0.0
+    return GenerationOutput(sequences=out.sequences, canvas=out.canvas, prompt_length=out.prompt_length, stats=st,
+                            settings=resolved.record(), trajectory=out.trajectory)
+
+
+@torch.no_grad()
+def replay_trajectory(model, trajectory: Trajectory) -> torch.Tensor:
+    """Re-run the model on every recorded state and write its greedy token at the positions unmasked in that step.
+
+    For a greedy rollout this reproduces the final canvas (the CJ-GRPO consistency check); for a sampled one it
+    tells how far the rollout was from the model's argmax. Each state is re-encoded without a cache (block
+    diffusion: the prefix up to the step's block end, block-causal), which gives the cached samplers' logits up to
+    float rounding.
+    """
+    if not trajectory.steps:
+        raise SamplerError("empty trajectory")
+    x = trajectory.steps[0].state.clone()
+    for step in trajectory.steps:
+        state = step.state
+        if trajectory.kind == "block":
+            end = step.region_end
+            pos = torch.arange(end, device=state.device).expand(state.shape[0], end)
+            mask = block_causal_mask(end, end, trajectory.block_size, device=state.device)
+            logits = model_logits(model, state[:, :end], position_ids=pos, attn_mask=mask)
+            tokens = torch.full_like(state, trajectory.mask_id)
+            tokens[:, :end] = logits.argmax(-1)
+        else:
+            kw = trajectory.model_kwargs
+            if trajectory.cfg_scale > 0:
+                un = state.clone()
+                un[trajectory.prompt_index] = trajectory.mask_id
+                kw2 = {k: torch.cat([v, v]) for k, v in kw.items()}
+                cond, unc = model_logits(model, torch.cat([state, un]), **kw2).chunk(2)
+                logits = unc + (trajectory.cfg_scale + 1) * (cond - unc)
+            else:
+                logits = model_logits(model, state, **kw)
+            tokens = shift_logits(logits, trajectory.logit_shift).argmax(-1)
+        x[step.unmasked] = tokens[step.unmasked]
+    return x
