@@ -325,10 +325,11 @@ def _run(cfg, store, run_id: int, result: ReproduceResult, *, seed: int, resume:
             import shutil
 
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, sink=sink,
-                       checkpoint_dir=run_dir / "checkpoints", resume=resume, seed=seed, progress=progress,
-                       items=list(train_data), grader=cfg.grader, prompt_template=template,
-                       evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
+        options = loop.RLRunOptions(seed=seed, sink=sink, progress=progress, checkpoint_dir=run_dir / "checkpoints",
+                                    resume=resume, items=list(train_data), prompt_template=template,
+                                    grader=cfg.grader,
+                                    evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
+        out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, options=options)
         model = out.policy
         final_step = out.optimizer_steps
         if out.resumed_from:  # steps trained before the interruption belong to this run's curve too

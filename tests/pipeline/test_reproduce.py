@@ -1,5 +1,6 @@
 """`dare-bench reproduce` end to end at micro scale, and its bad-input paths."""
 
+import dataclasses
 import json
 import shutil
 
@@ -136,7 +137,7 @@ def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatc
     real_train = loop.train_rl
 
     def interrupted(*a, **k):
-        real_train(*a, **{**k, "stop_after": 1})
+        real_train(*a, **{**k, "options": dataclasses.replace(k["options"], stop_after=1)})
         raise KeyboardInterrupt("killed after the first checkpoint")
 
     monkeypatch.setattr(loop, "train_rl", interrupted)

@@ -11,6 +11,7 @@ from dare_bench.errors import ConfigError
 from dare_bench.trainers import loop as loop_mod
 from dare_bench.trainers.loop import (
     PromptStream,
+    RLRunOptions,
     algorithm_settings,
     build_scheduler,
     completion_mask,
@@ -98,8 +99,8 @@ def _run(tmp_path=None, **kw):
     records = []
     policy = micro_llada(0)
     cfg = rl_settings(**kw.pop("cfg", {}))
-    res = train_rl(policy, CharTokenizer(), ReverseTask(), "d1", cfg, sink=lambda s, m: records.append((s, m)),
-                   progress=False, seed=kw.pop("seed", 0), **kw)
+    res = train_rl(policy, CharTokenizer(), ReverseTask(), "d1", cfg,
+                   RLRunOptions(sink=lambda s, m: records.append((s, m)), progress=False, seed=kw.pop("seed", 0), **kw))
     return res, records
 
 
@@ -130,8 +131,8 @@ def test_lora_reference_is_the_policy_with_adapters_disabled():
     base_state = {k: v.clone() for k, v in base.state_dict().items()}
     cfg = rl_settings(steps=2, lr=5e-2, beta_kl=0.1, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
     records = []
-    res = train_rl(base, CharTokenizer(), ReverseTask(), "d1", cfg, sink=lambda s, m: records.append(m),
-                   progress=False)
+    res = train_rl(base, CharTokenizer(), ReverseTask(), "d1", cfg,
+                   RLRunOptions(sink=lambda s, m: records.append(m), progress=False))
     # step 1: adapters start at B = 0, so policy == reference and the KL term is exactly 0
     assert records[0]["kl"] == 0.0
     assert records[1]["kl"] > 0.0  # after one update the adapters moved away from the reference
@@ -154,7 +155,7 @@ def test_bad_settings_fail_before_training():
     with pytest.raises(ConfigError, match="kind=rl|train.kind"):
         _run(cfg={"kind": "sft"})
     with pytest.raises(ConfigError, match="unknown algorithm"):
-        train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d2", rl_settings(), progress=False)
+        train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d2", rl_settings(), RLRunOptions(progress=False))
     with pytest.raises(ConfigError, match="quant_4bit"):
         _run(cfg={"lora": {"r": 2, "alpha": 4, "quant_4bit": True}})
 
@@ -178,8 +179,8 @@ def test_real_task_tokenizer_and_registry_config():
         model.init_weights()
     items = task.generate(8, seed=1, split="train").items
     records = []
-    res = train_rl(model, tok, task, run.algorithm, run.profile.train, items=items, progress=False,
-                   sink=lambda s, m: records.append(m))
+    res = train_rl(model, tok, task, run.algorithm, run.profile.train,
+                   RLRunOptions(items=items, progress=False, sink=lambda s, m: records.append(m)))
     assert res.final_step == 1 and len(records) == 1
     m = records[0]
     assert 0.0 <= m["reward_mean"] <= 1.0 and math.isfinite(m["loss"]) and m["completion_tokens"] >= 1
@@ -222,7 +223,8 @@ def test_every_plugin_runs_through_the_loop(name):
     start = {k: v.clone() for k, v in model.state_dict().items()}
     knobs = {"spg": {"mask_block_length": 4}}.get(name, {})  # the toy completion is 4 tokens long
     res = train_rl(model, CharTokenizer(), ReverseTask(), name,
-                   rl_settings(steps=4, mu=2, clip_eps=0.2, algorithm=knobs), progress=False, micro_batch_size=8)
+                   rl_settings(steps=4, mu=2, clip_eps=0.2, algorithm=knobs),
+                   RLRunOptions(progress=False, micro_batch_size=8))
     assert res.optimizer_steps == 4 and res.final_step == 2
     assert all(math.isfinite(m["loss"]) for m in res.history)
     assert any(not torch.equal(v, start[k]) for k, v in res.policy.state_dict().items())
@@ -293,7 +295,7 @@ def test_d1_raises_the_reward_of_a_random_policy_on_the_toy_task():
     cfg = rl_settings(steps=40, lr=3e-3, batch_prompts=8, group_size=8,
                       rollout={"gen_length": 4, "steps": 4, "temperature": 1.0})
     train_rl(micro_llada(0, n_layers=2, d_model=64, mlp_hidden_size=128), CharTokenizer(), ReverseTask(n=64), "d1",
-             cfg, progress=False, sink=lambda s, m: rewards.append(m["reward_mean"]))
+             cfg, RLRunOptions(progress=False, sink=lambda s, m: rewards.append(m["reward_mean"])))
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.05, (first, last)
 
