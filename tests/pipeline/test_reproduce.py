@@ -80,7 +80,7 @@ def test_failed_run_is_marked_failed(db, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(pipeline, "evaluate_model", boom)
+    monkeypatch.setattr(pipeline.evaluation, "evaluate_model", boom)  # the stage module that evaluates
     with pytest.raises(RuntimeError):
         pipeline.reproduce("baseline-llada-sudoku", "micro", db=db, progress=False, log=lambda m: None)
     runs = Store(db).latest_runs(reproduction="baseline-llada-sudoku")
