@@ -33,27 +33,29 @@ import time
 import traceback
 from pathlib import Path
 
+# What callers imported from the flat pipeline.py is importable from here as before.
 from dare_bench.pipeline.context import Base, Log, RunContext
 from dare_bench.pipeline.summary import ReproduceResult, sparkline, summary_lines
 from dare_bench.pipeline.plan import (
-    _answer_length,
-    _check_algorithm_backbone,
-    _checkpoint_dir,
-    _lora_params,
-    _plugin_name,
-    _require_gpu_and_checkpoint,
-    _train_items_needed,
+    _answer_length,  # noqa: F401  (imported from here by callers)
+    _check_algorithm_backbone,  # noqa: F401  (imported from here by callers)
+    _checkpoint_dir,  # noqa: F401  (imported from here by callers)
+    _lora_params,  # noqa: F401  (imported from here by callers)
+    _plugin_name,  # noqa: F401  (imported from here by callers)
+    _require_gpu_and_checkpoint,  # noqa: F401  (imported from here by callers)
+    _train_items_needed,  # noqa: F401  (imported from here by callers)
     default_scale,
     local_plan,
     paper_plan,
     resolve,
 )
 from dare_bench.pipeline.examples import preference_pairs, sft_examples
-from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, _hash, _tokenizer_fingerprint, build_base, load_base
+from dare_bench.pipeline.base_cache import (  # noqa: F401
+    BASE_RECIPE_VERSION, _hash, _tokenizer_fingerprint, build_base, load_base)
 from dare_bench.pipeline.evaluation import (
-    _cached_base_eval,
-    _mid_training_eval,
-    _new_uid,
+    _cached_base_eval,  # noqa: F401  (imported from here by callers)
+    _mid_training_eval,  # noqa: F401  (imported from here by callers)
+    _new_uid,  # noqa: F401  (imported from here by callers)
     evaluate_base,
     evaluate_final,
     evaluate_model,
@@ -68,6 +70,8 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
               resume: bool = False, dry_run: bool = False, overrides: list[str] | tuple[str, ...] = (),
               force: bool = False, checkpoint: str | None = None, device: str | None = None,
               progress: bool = True, log: Log = print) -> ReproduceResult:
+    """Plan (dry runs stop here), skip an identical finished run unless `force`, then run the stages (`_run`)
+    under a store record that is marked failed if any stage raises."""
     start = time.perf_counter()
     chosen_scale = scale or default_scale()
     if scale is None and chosen_scale == "tiny":
@@ -148,4 +152,9 @@ def _timed(stages: dict[str, float], name: str):
     stages[name] = time.perf_counter() - t0
 
 
-__all__ = ["ReproduceResult", "reproduce", "resolve", "paper_plan", "summary_lines", "default_scale"]
+__all__ = [
+    "BASE_RECIPE_VERSION", "Base", "Log", "ReproduceResult", "RunContext", "build_base", "default_scale",
+    "evaluate_base", "evaluate_final", "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs",
+    "reproduce", "resolve", "sampler_preset_from_config", "save_final_model", "sft_examples", "sparkline",
+    "summary_lines", "train",
+]

@@ -24,6 +24,7 @@ from dare_bench.pipeline.context import Base, RunContext
 from dare_bench.pipeline.evaluation import _mid_training_eval
 from dare_bench.pipeline.examples import preference_pairs, sft_examples
 from dare_bench.pipeline.plan import _answer_length, _plugin_name
+from dare_bench.pipeline.summary import ReproduceResult
 
 
 def train(ctx: RunContext, base: Base):
