@@ -393,17 +393,17 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg,
         while not run.finished():
             if run.interrupted():
                 return run.result()
-            step = run.start_step()
+            stats = run.start_step()
             batch, roll = run.rollout()
-            run.update(step, batch)
-            run.record(step, batch, roll)  # metrics, mid-training evaluation, sink
+            run.update(stats, batch)
+            run.record(stats, batch, roll)  # metrics, mid-training evaluation, sink
             run.periodic_checkpoint()
         run.final_checkpoint()
     return run.result()
 
 
 @dataclass
-class _StepState:
+class _StepStats:
     """One loop step's numbers between the stages: timings, the update's records."""
 
     t_start: float
@@ -563,11 +563,11 @@ class RLRecipe:
         """`stop_after` loop steps of this call are done (a simulated interruption: no final checkpoint)."""
         return self.opts.stop_after is not None and self.done_here >= self.opts.stop_after
 
-    def start_step(self) -> _StepState:
-        step = _StepState(t_start=time.perf_counter())
+    def start_step(self) -> _StepStats:
+        stats = _StepStats(t_start=time.perf_counter())
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        return step
+        return stats
 
     # -- rollout -----------------------------------------------------------------------------------------------------
     def rollout(self):
@@ -581,16 +581,16 @@ class RLRecipe:
         return batch, roll
 
     # -- update ------------------------------------------------------------------------------------------------------
-    def update(self, step: _StepState, batch: RolloutBatch) -> None:
+    def update(self, stats: _StepStats, batch: RolloutBatch) -> None:
         """Advantages, the plug-in's old / ref terms (`prepare`), then up to μ optimizer steps on the batch."""
         algo, optimizer, cfg = self.algo, self.optimizer, self.cfg
-        step.advantages = adv = algo.advantages(batch.rewards, self.group)
+        stats.advantages = adv = algo.advantages(batch.rewards, self.group)
         # -- old / ref terms
         t0 = time.perf_counter()
         n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
         state = algo.prepare(batch, self.policy, self.ref_model, generator=self.algo_gen, num_iterations=n_updates)
         _sync(self.device)  # CUDA runs asynchronously: time the work, not its launch
-        step.time_prepare_s = time.perf_counter() - t0
+        stats.time_prepare_s = time.perf_counter() - t0
         # -- μ updates: gradient accumulation over micro-batches (loss scale 1 / #micro-batches), clip, AdamW, LR
         t0 = time.perf_counter()
         n = batch.num_rows
@@ -598,25 +598,25 @@ class RLRecipe:
         for it in range(n_updates):
             optimizer.zero_grad(set_to_none=True)
             for sl in slices:
-                step.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl), adv[sl],
+                stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl), adv[sl],
                                                        loss_scale=1.0 / len(slices), iteration=it))
             all_reduce_grads(self.params, self.dist)
             max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
-            step.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
-            step.lr = optimizer.param_groups[0]["lr"]
+            stats.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
+            stats.lr = optimizer.param_groups[0]["lr"]
             optimizer.step()
             self.scheduler.step()
             self.opt_step += 1
         optimizer.zero_grad(set_to_none=True)
         _sync(self.device)
-        step.time_update_s = time.perf_counter() - t0
+        stats.time_update_s = time.perf_counter() - t0
         self.step += 1
         self.done_here += 1
 
     # -- metrics -----------------------------------------------------------------------------------------------------
-    def record(self, step: _StepState, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
+    def record(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
         """The step's metrics (averaged over ranks), a mid-training evaluation when due, history, sink, bar."""
-        metrics = self.step_metrics(step, batch, roll)
+        metrics = self.step_metrics(stats, batch, roll)
         if (self.opts.evaluate is not None and self.dist.is_main and self.cfg.eval_every is not None
                 and self.step % self.cfg.eval_every == 0 and self.opt_step < self.total_opt_steps):
             metrics.update(_evaluate_now(self.opts.evaluate, self.policy, self.step))
@@ -628,13 +628,13 @@ class RLRecipe:
             self.bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", loss=f"{metrics.get('loss', 0.0):.4f}")
         return metrics
 
-    def step_metrics(self, step: _StepState, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
+    def step_metrics(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
         rewards_t, correct, out, group = batch.rewards, roll["correct"], roll["output"], self.group
-        adv, grad_norms = step.advantages, step.grad_norms
+        adv, grad_norms = stats.advantages, stats.grad_norms
         grouped = rewards_t.view(-1, group)
         metrics = {
             "optimizer_step": float(self.opt_step),
-            "lr": float(step.lr),
+            "lr": float(stats.lr),
             "reward_mean": float(rewards_t.mean()),
             "reward_std": float(rewards_t.std()) if rewards_t.numel() > 1 else 0.0,
             "accuracy": sum(correct) / len(correct),
@@ -646,11 +646,11 @@ class RLRecipe:
             "tokens_per_forward": float(out.stats.tokens_per_forward),
             "rollout_forwards": float(out.stats.forwards),
         }
-        metrics.update(_mean_metrics(step.algo_records))
+        metrics.update(_mean_metrics(stats.algo_records))
         metrics.update({"time_rollout_s": roll["time_rollout_s"], "time_reward_s": roll["time_reward_s"],
-                        "time_prepare_s": step.time_prepare_s, "time_update_s": step.time_update_s})
+                        "time_prepare_s": stats.time_prepare_s, "time_update_s": stats.time_update_s})
         metrics = all_reduce_metrics(metrics, self.dist)
-        metrics["time_step_s"] = time.perf_counter() - step.t_start
+        metrics["time_step_s"] = time.perf_counter() - stats.t_start
         metrics["peak_memory_mb"] = _peak_memory_mb(self.device)
         metrics["step"] = float(self.step)
         return metrics
