@@ -35,9 +35,9 @@ COMMAND_MODULES = [
     "dare_bench.store.commands",
     "dare_bench.evaluators.commands",
     "dare_bench.models.commands",
-    "dare_bench.pipeline_commands",
+    "dare_bench.pipeline.commands",
     "dare_bench.check",
-    "dare_bench.leaderboard_command",
+    "dare_bench.leaderboard.commands",
     "dare_bench.bench",
 ]
 

@@ -1,4 +1,4 @@
-"""dare-bench leaderboard, Streamlit entry point (the app itself ships in the package: dare_bench/leaderboard_app.py).
+"""dare-bench leaderboard, Streamlit entry point (the app itself ships in the package: dare_bench/leaderboard/app.py).
 
 What it does: a read-only view of the results store: winners per backbone (algorithm × task, mean ± 95 % CI over
 seeds, runs per cell), reported vs reproduced scores with sources, training curves and a run drill-down.
@@ -9,6 +9,6 @@ seeds, runs per cell), reported vs reproduced scores with sources, training curv
 CPU only; no GPU or torchrun involved.
 """
 
-from dare_bench.leaderboard_app import main
+from dare_bench.leaderboard.app import main
 
 main()

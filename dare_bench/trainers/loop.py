@@ -5,9 +5,9 @@ advantages, `prepare` and `backward`; the backbone's `traits` give mask / eos / 
 rewards. One loop step = one rollout batch (`batch_prompts` prompts × `group_size` completions) followed by up to μ
 optimizer steps on it; `train.steps` counts optimizer steps, so a run has ceil(steps / μ) loop steps.
 
-    from dare_bench.trainers.loop import train_rl
-    result = train_rl(policy, tokenizer, task, "d1", run_config.profile.train, sink=sink,
-                      checkpoint_dir=run_dir / "checkpoints", resume=True, seed=0)
+    from dare_bench.trainers.loop import RLRunOptions, train_rl
+    result = train_rl(policy, tokenizer, task, "d1", run_config.profile.train,
+                      RLRunOptions(sink=sink, checkpoint_dir=run_dir / "checkpoints", resume=True, seed=0))
     result.history[-1]["reward_mean"], result.checkpoint
 
 Per step, in order: prompts (deterministic order from the seed; position saved in checkpoints) → rollouts with
@@ -33,6 +33,7 @@ Commands (the pipeline calls this function; these run one reproduction through i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -341,228 +342,348 @@ def _mean_metrics(records: list[dict[str, float]]) -> dict[str, float]:
 
 
 # --- the loop ----------------------------------------------------------------------------------------------------
-def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg, *, reference=None,
-             sink: MetricsSink | None = None, checkpoint_dir: str | Path | None = None, resume: bool = False,
-             seed: int = 0, progress: bool = True, items: Sequence[Any] | None = None, grader: str = "dare",
-             prompt_template: Any = "plain", micro_batch_size: int | None = None, keep_last: int | None = None,
-             stop_after: int | None = None, gradient_checkpointing: bool = False,
-             dist: DistInfo | None = None,
-             evaluate: Callable[[Any, int], Mapping[str, float]] | None = None) -> TrainResult:
+@dataclass
+class RLRunOptions:
+    """What is specific to one `train_rl` call (the recipe itself is `train.*`, a `TrainSettings`).
+
+    Run: `seed` (data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG for
+    dropout); `sink` is called as `sink(step, metrics)` after every loop step (rank 0 only; steps are 1-based);
+    `progress` shows a tqdm bar; `dist` the process group (default: joined from the torchrun environment).
+    Checkpoints: every `train.checkpoint_every` loop steps and at the end into `checkpoint_dir`, keeping the
+    `keep_last` newest; with `resume`, continue from the latest complete checkpoint there (metrics history included)
+    if one exists; `stop_after`: stop (without a final checkpoint) after this many loop steps of this call — for
+    tests that simulate an interrupted run.
+    Data: `items` (default: `train.data` through `load_train_items`); `prompt_template`: "plain" or a chat
+    tokenizer (`task.format_prompt`); `grader`: the task grader that gives the reward.
+    Model: `reference` for the KL term when fully fine-tuning (default: a frozen copy of the starting policy;
+    ignored with LoRA, where the reference is the policy with adapters disabled); `micro_batch_size`: rows per
+    forward / backward (default: the whole rollout batch of this rank); `gradient_checkpointing`: recompute
+    activations in the backward (paper-scale memory; same numbers).
+    `evaluate`: called as `evaluate(policy, step)` every `train.eval_every` loop steps before the last (rank 0, eval
+    mode, no grad, global RNG restored afterwards); its metrics join the step's as `eval_<name>`.
+    """
+
+    seed: int = 0
+    sink: MetricsSink | None = None
+    progress: bool = True
+    dist: DistInfo | None = None
+    checkpoint_dir: str | Path | None = None
+    resume: bool = False
+    keep_last: int | None = None
+    stop_after: int | None = None
+    items: Sequence[Any] | None = None
+    prompt_template: Any = "plain"
+    grader: str = "dare"
+    reference: Any = None
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+    evaluate: Callable[[Any, int], Mapping[str, float]] | None = None
+
+
+def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg,
+             options: RLRunOptions | None = None) -> TrainResult:
     """Post-train `policy` with the RL algorithm `algorithm_name` on `task`; see the module docstring.
 
-    train_cfg: a `dare_bench.config.TrainSettings` (kind "rl") or a dict of its fields.
-    reference: model for the KL term when fully fine-tuning (default: a frozen copy of the starting policy);
-        ignored with LoRA (the reference is the policy with adapters disabled).
-    sink: called as `sink(step, metrics)` after every loop step (rank 0 only); steps are 1-based.
-    checkpoint_dir / resume: checkpoints every `train.checkpoint_every` loop steps and at the end; with `resume`,
-        continue from the latest complete checkpoint there (metrics history included) if one exists.
-    items: training items (default: `train.data` through `load_train_items`); prompt_template: "plain" or a
-        chat tokenizer (`task.format_prompt`); grader: the task grader that gives the reward.
-    micro_batch_size: rows per forward / backward (default: the whole rollout batch of this rank).
-    stop_after: stop (without a final checkpoint) after this many loop steps of this call — for tests that
-        simulate an interrupted run.
-    seed: data order, rollout noise, the plug-in's masks, LoRA init; also seeds the global torch RNG (dropout).
-    gradient_checkpointing: recompute activations in the backward (paper-scale memory; same numbers).
-    evaluate: called as `evaluate(policy, step)` every `train.eval_every` loop steps before the last (rank 0, eval
-        mode, no grad, global RNG restored afterwards); its metrics join the step's as `eval_<name>`.
+    train_cfg: a `dare_bench.config.TrainSettings` (kind "rl") or a dict of its fields; options: `RLRunOptions`.
+    The stages are the methods of `RLRecipe`, called here in order.
     """
-    cfg = _train_settings(train_cfg)
-    dist = dist or init_distributed()  # a no-op outside torchrun
-    traits = policy.traits
-    device = next(policy.parameters()).device
+    run = RLRecipe(policy, tokenizer, task, algorithm_name, train_cfg, options or RLRunOptions())  # setup
+    run.resume()
+    with run.progress_bar():
+        while not run.finished():
+            if run.interrupted():
+                return run.result()
+            stats = run.start_step()
+            batch, roll = run.rollout()
+            run.update(stats, batch)
+            run.record(stats, batch, roll)  # metrics, mid-training evaluation, sink
+            run.periodic_checkpoint()
+        run.final_checkpoint()
+    return run.result()
 
-    algo_cls = get_algorithm(algorithm_name)
-    algo = algo_cls(algorithm_settings(cfg), traits)
-    n_prompts, group = int(cfg.batch_prompts), int(cfg.group_size)
-    local_prompts = shard_rows(n_prompts, dist)
-    rows_local = (local_prompts.stop - local_prompts.start) * group
-    micro = int(micro_batch_size or rows_local)
-    if micro < 1:
-        raise ConfigError(f"micro_batch_size must be >= 1, got {micro}")
-    algo.forward_batch_size = micro
-    mu = int(cfg.mu)
-    total_opt_steps = int(cfg.steps) if cfg.steps is not None else None
 
-    if items is None:
-        items = load_train_items(task, cfg.data)
-    items = list(items)
-    if total_opt_steps is None:
-        loop_steps_per_epoch = math.ceil(len(items) / n_prompts)
-        total_opt_steps = math.ceil(float(cfg.epochs) * loop_steps_per_epoch) * mu
-    total_loop_steps = math.ceil(total_opt_steps / mu)
+@dataclass
+class _StepStats:
+    """One loop step's numbers between the stages: timings, the update's records."""
 
-    # -- model, reference, optimizer -----------------------------------------------------------------------------
-    # The global torch RNG drives LoRA's init and dropout: seed it so that a run depends on `seed` alone (a resumed
-    # run then restores the exact state from its checkpoint).
-    torch.manual_seed(seed * 7919 + 3 + dist.rank)
-    if gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
-    if cfg.lora is not None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)  # identical adapters on every rank
-            policy = apply_lora(policy, cfg.lora)
-    policy.train()
-    ref_model = None
-    if algo.config.kl_beta > 0:
-        if is_peft(policy):
-            ref_model = AdapterDisabled(policy)
-        else:
-            ref_model = reference if reference is not None else frozen_copy(policy)
-    if cfg.ref_sync_steps is not None:
-        if is_peft(policy):
-            warnings.warn("train.ref_sync_steps has no effect with LoRA: the reference is the base model with "
-                          "adapters disabled", stacklevel=2)
-        elif algo.config.kl_beta > 0:
-            raise ConfigError("train.ref_sync_steps (periodic reference refresh) is not implemented for full "
-                              "fine-tuning; unset it or use LoRA")
-    params = [p for p in policy.parameters() if p.requires_grad]
-    if not params:
-        raise ConfigError("the policy has no trainable parameters")
-    optimizer = torch.optim.AdamW(params, lr=float(cfg.lr), betas=tuple(cfg.adam_betas),
-                                  weight_decay=float(cfg.weight_decay))
-    scheduler = build_scheduler(optimizer, cfg.lr_schedule, cfg.warmup_steps, total_opt_steps)
+    t_start: float
+    advantages: torch.Tensor | None = None
+    algo_records: list[dict[str, float]] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    lr: float = 0.0
+    time_prepare_s: float = 0.0
+    time_update_s: float = 0.0
 
-    # -- RNG and data order (same prompt order on every rank; rollouts / masks per rank) -------------------------
-    stream = PromptStream(len(items), seed)
-    rollout_gen = torch.Generator(device=device).manual_seed(seed * 7919 + 17 + dist.rank)
-    algo_gen = torch.Generator().manual_seed(seed * 7919 + 29 + dist.rank)
-    generators = {"rollout": rollout_gen, "algorithm": algo_gen}
 
-    sampler_settings = rollout_settings(cfg.rollout)
-    sampler_settings.update(algo.rollout_overrides)
-    sampler_settings["return_trajectory"] = bool(algo.needs_trajectory or sampler_settings.get("return_trajectory"))
-    prompt_cache: dict[int, list[int]] = {}
+class RLRecipe:
+    """The stages of one RL run over shared state (torchtune-recipe style); `train_rl` calls them top to bottom.
 
-    history: list[dict[str, float]] = []
-    step = opt_step = 0
-    resumed_from = None
-    last_ckpt: Path | None = None
-    ckpt_root = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    if resume and ckpt_root is not None:
-        found = latest_checkpoint(ckpt_root)
-        if found is not None:
-            state, rng = load_checkpoint(found, model=policy, optimizer=optimizer, scheduler=scheduler)
-            if state.get("algorithm") != algo.name or state.get("seed") != seed:
-                raise ConfigError(f"{found} belongs to another run (algorithm {state.get('algorithm')!r}, seed "
-                                  f"{state.get('seed')!r}; this run: {algo.name!r}, seed {seed})")
-            step, opt_step = int(state["step"]), int(state["optimizer_steps"])
-            history = list(state["history"])
-            stream.load_state(state["data"])
-            ranks = rng if isinstance(rng, list) else [rng]
-            if len(ranks) != dist.world_size:
-                raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {dist.world_size}")
-            restore_rng(ranks[dist.rank], generators)
-            resumed_from, last_ckpt = step, found
+    setup (`__init__`): settings → algorithm plug-in → data → model / reference / optimizer → RNG and data order;
+    `resume`: the latest checkpoint, if asked; per loop step: `start_step` → `rollout` (prompts, sampling, grading)
+    → `update` (advantages, `prepare`, μ optimizer steps) → `record` (metrics) → `periodic_checkpoint`; at the
+    end `final_checkpoint` and `result`.
+    """
 
-    info = {"algorithm": algo.name, "algorithm_config": algo.config.model_dump(), "sampler": sampler_settings,
-            "train_items": len(items), "total_loop_steps": total_loop_steps, "total_optimizer_steps": total_opt_steps,
-            "micro_batch_size": micro, "world_size": dist.world_size}
+    def __init__(self, policy, tokenizer, task, algorithm_name: str, train_cfg, opts: RLRunOptions):
+        self.opts = opts
+        self.tokenizer, self.task = tokenizer, task
+        self._setup_settings(policy, algorithm_name, train_cfg)
+        self._setup_data()
+        self._setup_model(policy)
+        self._setup_rng_and_order()
+        self.history: list[dict[str, float]] = []
+        self.step = self.opt_step = 0
+        self.done_here = 0  # loop steps run by this call (a resumed run starts at 0 again)
+        self.resumed_from: int | None = None
+        self.last_ckpt: Path | None = None
+        self.ckpt_root = Path(opts.checkpoint_dir) if opts.checkpoint_dir is not None else None
+        self.info = {"algorithm": self.algo.name, "algorithm_config": self.algo.config.model_dump(),
+                     "sampler": self.sampler_settings, "train_items": len(self.items),
+                     "total_loop_steps": self.total_loop_steps, "total_optimizer_steps": self.total_opt_steps,
+                     "micro_batch_size": self.micro, "world_size": self.dist.world_size}
+        self.bar = None
 
-    def checkpoint_now() -> Path | None:
-        if ckpt_root is None:
-            return None
-        rng_all = gather_objects(capture_rng(generators), dist)
-        path = None
-        if dist.is_main:
-            trainer_state = {"algorithm": algo.name, "optimizer_steps": opt_step, "data": stream.state(),
-                             "history": history, "seed": seed, "info": _jsonable(info)}
-            path = save_checkpoint(ckpt_root, step, model=policy, optimizer=optimizer, scheduler=scheduler,
-                                   trainer_state=trainer_state, rng=rng_all, keep_last=keep_last)
-        barrier(dist)
-        return path or checkpoint_path_for(ckpt_root, step)
+    # -- setup -----------------------------------------------------------------------------------------------------
+    def _setup_settings(self, policy, algorithm_name: str, train_cfg) -> None:
+        """Settings, process group and the algorithm plug-in; rows per rank and micro-batch."""
+        self.cfg = cfg = _train_settings(train_cfg)
+        self.dist = self.opts.dist or init_distributed()  # a no-op outside torchrun
+        self.traits = policy.traits
+        self.device = next(policy.parameters()).device
+        algo_cls = get_algorithm(algorithm_name)
+        self.algo = algo_cls(algorithm_settings(cfg), self.traits)
+        self.n_prompts, self.group = int(cfg.batch_prompts), int(cfg.group_size)
+        self.local_prompts = shard_rows(self.n_prompts, self.dist)
+        rows_local = (self.local_prompts.stop - self.local_prompts.start) * self.group
+        self.micro = int(self.opts.micro_batch_size or rows_local)
+        if self.micro < 1:
+            raise ConfigError(f"micro_batch_size must be >= 1, got {self.micro}")
+        self.algo.forward_batch_size = self.micro
+        self.mu = int(cfg.mu)
 
-    bar = None
-    if progress and dist.is_main:
-        from tqdm.auto import tqdm
+    def _setup_data(self) -> None:
+        """Training items and the run's length: `train.steps` optimizer steps, else `train.epochs` over the items."""
+        cfg, items = self.cfg, self.opts.items
+        total_opt_steps = int(cfg.steps) if cfg.steps is not None else None
+        if items is None:
+            items = load_train_items(self.task, cfg.data)
+        self.items = list(items)
+        if total_opt_steps is None:
+            loop_steps_per_epoch = math.ceil(len(self.items) / self.n_prompts)
+            total_opt_steps = math.ceil(float(cfg.epochs) * loop_steps_per_epoch) * self.mu
+        self.total_opt_steps = total_opt_steps
+        self.total_loop_steps = math.ceil(total_opt_steps / self.mu)
 
-        bar = tqdm(total=total_loop_steps, initial=step, desc=f"rl {algo.name}", unit="step")
-    done_here = 0
-    try:
-        while opt_step < total_opt_steps:
-            if stop_after is not None and done_here >= stop_after:
-                return TrainResult(step, opt_step, history, last_ckpt, policy, resumed_from, info)
-            t_step = time.perf_counter()
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            # -- prompts and rollouts --------------------------------------------------------------------------
-            idx = stream.take(n_prompts)[local_prompts]
-            batch, roll = rollout_batch(policy, tokenizer, task, items, idx, group, sampler_settings,
-                                        generator=rollout_gen, template=prompt_template, grader=grader,
-                                        prompt_cache=prompt_cache)
-            policy.train()
-            rewards_t, correct, out = batch.rewards, roll["correct"], roll["output"]
-            cmask, unfinished = batch.completion_mask, roll["unfinished"]
-            t_rollout, t_reward = roll["time_rollout_s"], roll["time_reward_s"]
-            adv = algo.advantages(rewards_t, group)
-            # -- old / ref terms -------------------------------------------------------------------------------
-            t0 = time.perf_counter()
-            n_updates = min(mu, total_opt_steps - opt_step)
-            state = algo.prepare(batch, policy, ref_model, generator=algo_gen, num_iterations=n_updates)
-            _sync(device)  # CUDA runs asynchronously: time the work, not its launch
-            t_prepare = time.perf_counter() - t0
-            # -- μ updates ---------------------------------------------------------------------------------------
-            t0 = time.perf_counter()
-            n = batch.num_rows
-            slices = [slice(a, min(a + micro, n)) for a in range(0, n, micro)]
-            algo_records, grad_norms = [], []
-            for it in range(n_updates):
-                optimizer.zero_grad(set_to_none=True)
-                for sl in slices:
-                    algo_records.append(algo.backward(policy, batch.select(sl), state.select(sl), adv[sl],
-                                                      loss_scale=1.0 / len(slices), iteration=it))
-                all_reduce_grads(params, dist)
-                max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
-                lr_now = optimizer.param_groups[0]["lr"]
-                optimizer.step()
-                scheduler.step()
-                opt_step += 1
+    def _setup_model(self, policy) -> None:
+        """Seeded global RNG, gradient checkpointing, LoRA adapters, the KL reference, AdamW and the LR schedule."""
+        cfg, opts, seed = self.cfg, self.opts, self.opts.seed
+        # The global torch RNG drives LoRA's init and dropout: seed it so that a run depends on `seed` alone (a
+        # resumed run then restores the exact state from its checkpoint).
+        torch.manual_seed(seed * 7919 + 3 + self.dist.rank)
+        if opts.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        if cfg.lora is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)  # identical adapters on every rank
+                policy = apply_lora(policy, cfg.lora)
+        policy.train()
+        self.ref_model = None
+        if self.algo.config.kl_beta > 0:
+            if is_peft(policy):
+                self.ref_model = AdapterDisabled(policy)
+            else:
+                self.ref_model = opts.reference if opts.reference is not None else frozen_copy(policy)
+        if cfg.ref_sync_steps is not None:
+            if is_peft(policy):
+                warnings.warn("train.ref_sync_steps has no effect with LoRA: the reference is the base model with "
+                              "adapters disabled", stacklevel=4)
+            elif self.algo.config.kl_beta > 0:
+                raise ConfigError("train.ref_sync_steps (periodic reference refresh) is not implemented for full "
+                                  "fine-tuning; unset it or use LoRA")
+        self.policy = policy
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        if not self.params:
+            raise ConfigError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=float(cfg.lr), betas=tuple(cfg.adam_betas),
+                                           weight_decay=float(cfg.weight_decay))
+        self.scheduler = build_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps, self.total_opt_steps)
+
+    def _setup_rng_and_order(self) -> None:
+        """Same prompt order on every rank; rollout noise and the plug-in's masks per rank; the sampler settings."""
+        seed, rank = self.opts.seed, self.dist.rank
+        self.stream = PromptStream(len(self.items), seed)
+        self.rollout_gen = torch.Generator(device=self.device).manual_seed(seed * 7919 + 17 + rank)
+        self.algo_gen = torch.Generator().manual_seed(seed * 7919 + 29 + rank)
+        self.generators = {"rollout": self.rollout_gen, "algorithm": self.algo_gen}
+        settings = rollout_settings(self.cfg.rollout)
+        settings.update(self.algo.rollout_overrides)
+        settings["return_trajectory"] = bool(self.algo.needs_trajectory or settings.get("return_trajectory"))
+        self.sampler_settings = settings
+        self.prompt_cache: dict[int, list[int]] = {}
+
+    # -- resume ----------------------------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """With `resume`: weights, optimizer, scheduler, data position, history and RNG of the latest checkpoint."""
+        if not (self.opts.resume and self.ckpt_root is not None):
+            return
+        found = latest_checkpoint(self.ckpt_root)
+        if found is None:
+            return
+        seed, dist = self.opts.seed, self.dist
+        state, rng = load_checkpoint(found, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)
+        if state.get("algorithm") != self.algo.name or state.get("seed") != seed:
+            raise ConfigError(f"{found} belongs to another run (algorithm {state.get('algorithm')!r}, seed "
+                              f"{state.get('seed')!r}; this run: {self.algo.name!r}, seed {seed})")
+        self.step, self.opt_step = int(state["step"]), int(state["optimizer_steps"])
+        self.history = list(state["history"])
+        self.stream.load_state(state["data"])
+        ranks = rng if isinstance(rng, list) else [rng]
+        if len(ranks) != dist.world_size:
+            raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {dist.world_size}")
+        restore_rng(ranks[dist.rank], self.generators)
+        self.resumed_from, self.last_ckpt = self.step, found
+
+    # -- the loop's control ------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def progress_bar(self):
+        if self.opts.progress and self.dist.is_main:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total_loop_steps, initial=self.step, desc=f"rl {self.algo.name}", unit="step")
+        try:
+            yield self.bar
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+
+    def finished(self) -> bool:
+        return self.opt_step >= self.total_opt_steps
+
+    def interrupted(self) -> bool:
+        """`stop_after` loop steps of this call are done (a simulated interruption: no final checkpoint)."""
+        return self.opts.stop_after is not None and self.done_here >= self.opts.stop_after
+
+    def start_step(self) -> _StepStats:
+        stats = _StepStats(t_start=time.perf_counter())
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return stats
+
+    # -- rollout -----------------------------------------------------------------------------------------------------
+    def rollout(self):
+        """This rank's share of the next `batch_prompts` prompts, `group_size` completions each, graded."""
+        idx = self.stream.take(self.n_prompts)[self.local_prompts]
+        batch, roll = rollout_batch(self.policy, self.tokenizer, self.task, self.items, idx, self.group,
+                                    self.sampler_settings, generator=self.rollout_gen,
+                                    template=self.opts.prompt_template, grader=self.opts.grader,
+                                    prompt_cache=self.prompt_cache)
+        self.policy.train()
+        return batch, roll
+
+    # -- update ------------------------------------------------------------------------------------------------------
+    def update(self, stats: _StepStats, batch: RolloutBatch) -> None:
+        """Advantages, the plug-in's old / ref terms (`prepare`), then up to μ optimizer steps on the batch."""
+        algo, optimizer, cfg = self.algo, self.optimizer, self.cfg
+        stats.advantages = adv = algo.advantages(batch.rewards, self.group)
+        # -- old / ref terms
+        t0 = time.perf_counter()
+        n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
+        state = algo.prepare(batch, self.policy, self.ref_model, generator=self.algo_gen, num_iterations=n_updates)
+        _sync(self.device)  # CUDA runs asynchronously: time the work, not its launch
+        stats.time_prepare_s = time.perf_counter() - t0
+        # -- μ updates: gradient accumulation over micro-batches (loss scale 1 / #micro-batches), clip, AdamW, LR
+        t0 = time.perf_counter()
+        n = batch.num_rows
+        slices = [slice(a, min(a + self.micro, n)) for a in range(0, n, self.micro)]
+        for it in range(n_updates):
             optimizer.zero_grad(set_to_none=True)
-            _sync(device)
-            t_update = time.perf_counter() - t0
-            step += 1
-            done_here += 1
-            # -- metrics -----------------------------------------------------------------------------------------
-            grouped = rewards_t.view(-1, group)
-            metrics = {
-                "optimizer_step": float(opt_step),
-                "lr": float(lr_now),
-                "reward_mean": float(rewards_t.mean()),
-                "reward_std": float(rewards_t.std()) if rewards_t.numel() > 1 else 0.0,
-                "accuracy": sum(correct) / len(correct),
-                "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if group > 1 else 1.0,
-                "completion_tokens": float(cmask.sum(dim=1).float().mean()),
-                "unfinished": unfinished,
-                "advantage_abs_mean": float(adv.abs().mean()),
-                "grad_norm": sum(grad_norms) / len(grad_norms),
-                "tokens_per_forward": float(out.stats.tokens_per_forward),
-                "rollout_forwards": float(out.stats.forwards),
-            }
-            metrics.update(_mean_metrics(algo_records))
-            metrics.update({"time_rollout_s": t_rollout, "time_reward_s": t_reward, "time_prepare_s": t_prepare,
-                            "time_update_s": t_update})
-            metrics = all_reduce_metrics(metrics, dist)
-            metrics["time_step_s"] = time.perf_counter() - t_step
-            metrics["peak_memory_mb"] = _peak_memory_mb(device)
-            metrics["step"] = float(step)
-            if (evaluate is not None and dist.is_main and cfg.eval_every is not None and step % cfg.eval_every == 0
-                    and opt_step < total_opt_steps):
-                metrics.update(_evaluate_now(evaluate, policy, step))
-            history.append(metrics)
-            if sink is not None and dist.is_main:
-                sink(step, dict(metrics))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", loss=f"{metrics.get('loss', 0.0):.4f}")
-            every = cfg.checkpoint_every
-            if every is not None and step % every == 0 and opt_step < total_opt_steps:
-                last_ckpt = checkpoint_now()
-        if ckpt_root is not None and done_here > 0:
-            last_ckpt = checkpoint_now()
-    finally:
-        if bar is not None:
-            bar.close()
-    return TrainResult(step, opt_step, history, last_ckpt, policy, resumed_from, info)
+            for sl in slices:
+                stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl), adv[sl],
+                                                       loss_scale=1.0 / len(slices), iteration=it))
+            all_reduce_grads(self.params, self.dist)
+            max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
+            stats.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
+            stats.lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            self.scheduler.step()
+            self.opt_step += 1
+        optimizer.zero_grad(set_to_none=True)
+        _sync(self.device)
+        stats.time_update_s = time.perf_counter() - t0
+        self.step += 1
+        self.done_here += 1
+
+    # -- metrics -----------------------------------------------------------------------------------------------------
+    def record(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
+        """The step's metrics (averaged over ranks), a mid-training evaluation when due, history, sink, bar."""
+        metrics = self.step_metrics(stats, batch, roll)
+        if (self.opts.evaluate is not None and self.dist.is_main and self.cfg.eval_every is not None
+                and self.step % self.cfg.eval_every == 0 and self.opt_step < self.total_opt_steps):
+            metrics.update(_evaluate_now(self.opts.evaluate, self.policy, self.step))
+        self.history.append(metrics)
+        if self.opts.sink is not None and self.dist.is_main:
+            self.opts.sink(self.step, dict(metrics))
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", loss=f"{metrics.get('loss', 0.0):.4f}")
+        return metrics
+
+    def step_metrics(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
+        rewards_t, correct, out, group = batch.rewards, roll["correct"], roll["output"], self.group
+        adv, grad_norms = stats.advantages, stats.grad_norms
+        grouped = rewards_t.view(-1, group)
+        metrics = {
+            "optimizer_step": float(self.opt_step),
+            "lr": float(stats.lr),
+            "reward_mean": float(rewards_t.mean()),
+            "reward_std": float(rewards_t.std()) if rewards_t.numel() > 1 else 0.0,
+            "accuracy": sum(correct) / len(correct),
+            "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if group > 1 else 1.0,
+            "completion_tokens": float(batch.completion_mask.sum(dim=1).float().mean()),
+            "unfinished": roll["unfinished"],
+            "advantage_abs_mean": float(adv.abs().mean()),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "tokens_per_forward": float(out.stats.tokens_per_forward),
+            "rollout_forwards": float(out.stats.forwards),
+        }
+        metrics.update(_mean_metrics(stats.algo_records))
+        metrics.update({"time_rollout_s": roll["time_rollout_s"], "time_reward_s": roll["time_reward_s"],
+                        "time_prepare_s": stats.time_prepare_s, "time_update_s": stats.time_update_s})
+        metrics = all_reduce_metrics(metrics, self.dist)
+        metrics["time_step_s"] = time.perf_counter() - stats.t_start
+        metrics["peak_memory_mb"] = _peak_memory_mb(self.device)
+        metrics["step"] = float(self.step)
+        return metrics
+
+    # -- checkpoints and result --------------------------------------------------------------------------------------
+    def periodic_checkpoint(self) -> None:
+        every = self.cfg.checkpoint_every
+        if every is not None and self.step % every == 0 and self.opt_step < self.total_opt_steps:
+            self.last_ckpt = self.checkpoint()
+
+    def final_checkpoint(self) -> None:
+        if self.ckpt_root is not None and self.done_here > 0:
+            self.last_ckpt = self.checkpoint()
+
+    def checkpoint(self) -> Path | None:
+        """Every rank's RNG to rank 0, which writes weights, optimizer, scheduler, data position and history."""
+        if self.ckpt_root is None:
+            return None
+        rng_all = gather_objects(capture_rng(self.generators), self.dist)
+        path = None
+        if self.dist.is_main:
+            trainer_state = {"algorithm": self.algo.name, "optimizer_steps": self.opt_step,
+                             "data": self.stream.state(), "history": self.history, "seed": self.opts.seed,
+                             "info": _jsonable(self.info)}
+            path = save_checkpoint(self.ckpt_root, self.step, model=self.policy, optimizer=self.optimizer,
+                                   scheduler=self.scheduler, trainer_state=trainer_state, rng=rng_all,
+                                   keep_last=self.opts.keep_last)
+        barrier(self.dist)
+        return path or checkpoint_path_for(self.ckpt_root, self.step)
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.step, self.opt_step, self.history, self.last_ckpt, self.policy, self.resumed_from,
+                           self.info)
 
 
 def _evaluate_now(evaluate, policy, step: int) -> dict[str, float]:
@@ -615,5 +736,5 @@ def _jsonable(obj):
     return repr(obj)
 
 
-__all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "TIMING_KEYS", "TrainResult", "algorithm_settings",
-           "build_scheduler", "completion_mask", "load_train_items", "rollout_batch", "rollout_settings", "train_rl"]
+__all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "RLRecipe", "RLRunOptions", "TIMING_KEYS", "TrainResult",
+           "algorithm_settings", "build_scheduler", "completion_mask", "load_train_items", "rollout_batch", "rollout_settings", "train_rl"]

@@ -1,7 +1,8 @@
 """DPO on the ELBO and VRPO (LLaDA 1.5, algorithms.md §7) for diffusion LMs.
 
-    from dare_bench.trainers.preference import PreferenceConfig, train_preference
-    train_preference(policy, reference, pairs, PreferenceConfig(steps=50, lr=1e-5, mc_samples=4, beta=0.2))
+    from dare_bench.trainers.preference import PreferenceConfig, PreferenceRunOptions, train_preference
+    train_preference(policy, pairs, PreferenceConfig(steps=50, lr=1e-5, mc_samples=4, beta=0.2),
+                     PreferenceRunOptions(reference=reference, sink=print))
 
 DPO replaces log π(y|x) with the ELBO B(y|x):  L = −log σ(β[(B_θ(y_w) − B_ref(y_w)) − (B_θ(y_l) − B_ref(y_l))]).
 VRPO's three variance reductions are all here: the sampling budget (`mc_samples` = n), its allocation to timesteps
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from dare_bench.diffusion.likelihood import elbo
 from dare_bench.diffusion.masking import stratified_masks
 from dare_bench.errors import ConfigError
+from dare_bench.trainers.sft import _log, _steps
 
 
 def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, chosen_ref: torch.Tensor, rejected_ref: torch.Tensor,
@@ -114,37 +116,61 @@ def _reference_context(policy, reference):
         raise ConfigError("VRPO needs a reference model (or a LoRA policy whose adapters can be disabled)")
 
 
-def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceConfig, *, reference=None,
-                     sink: Callable[[int, dict], Any] | None = None, progress: bool = False) -> PreferenceResult:
-    """VRPO training; `reference=None` freezes a copy of the initial policy (or uses disabled adapters for LoRA)."""
+@dataclass
+class PreferenceRunOptions:
+    """What is specific to one `train_preference` call (the recipe is `PreferenceConfig`): the `reference` model
+    (None: a frozen copy of the initial policy, or disabled adapters for LoRA), `sink(step, metrics)` every
+    `cfg.log_every` steps and at the last (0-based steps), a tqdm bar."""
+
+    reference: Any = None
+    sink: Callable[[int, dict], Any] | None = None
+    progress: bool = False
+
+
+def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceConfig,
+                     options: PreferenceRunOptions | None = None) -> PreferenceResult:
+    """VRPO training. Stages: setup (reference, seeded generator, AdamW) → per step: draw pairs → VRPO loss /
+    backward / clip / step → log → eval mode and the result."""
+    opts = options or PreferenceRunOptions()
     if cfg.batch_pairs < 1:
         raise ConfigError("batch_pairs must be >= 1")
-    traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
-    if reference is None and not hasattr(policy, "disable_adapter"):
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run = _PreferenceRun(policy, cfg, opts.reference)
     result = PreferenceResult()
     start = time.perf_counter()
-    steps = range(cfg.steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, desc="vrpo", unit="step")
     policy.train()
-    for step in steps:
-        idx = torch.randint(len(pairs), (cfg.batch_pairs,), generator=gen).tolist()
-        ids, am, plen = interleave_pairs([pairs[i] for i in idx], traits.eos_token_id)
-        loss, metrics = vrpo_loss(policy, reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples,
-                                  generator=gen, antithetic=cfg.antithetic)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
+    for step in _steps(cfg.steps, "vrpo", opts.progress):
+        ids, am, plen = run.draw_pairs(pairs)
+        metrics = run.optimizer_step(ids, am, plen)
         result.losses.append(metrics["loss"])
-        if sink is not None and (step % cfg.log_every == 0 or step == cfg.steps - 1):
-            sink(step, metrics)
+        _log(opts, cfg, step, metrics)
     policy.eval()
     result.seconds = time.perf_counter() - start
     return result
+
+
+class _PreferenceRun:
+    """Setup and one optimizer step of `train_preference` (one generator draws the pairs, then the masks)."""
+
+    def __init__(self, policy, cfg: PreferenceConfig, reference):
+        self.policy, self.cfg = policy, cfg
+        self.traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
+        if reference is None and not hasattr(policy, "disable_adapter"):
+            reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.reference = reference
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def draw_pairs(self, pairs: Sequence[PreferencePair]):
+        idx = torch.randint(len(pairs), (self.cfg.batch_pairs,), generator=self.gen).tolist()
+        return interleave_pairs([pairs[i] for i in idx], self.traits.eos_token_id)
+
+    def optimizer_step(self, ids, am, plen) -> dict[str, float]:
+        cfg = self.cfg
+        loss, metrics = vrpo_loss(self.policy, self.reference, ids, am, plen, beta=cfg.beta,
+                                  mc_samples=cfg.mc_samples, generator=self.gen, antithetic=cfg.antithetic)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        self.optimizer.step()
+        return metrics

@@ -1,8 +1,8 @@
 """Supervised fine-tuning of diffusion LMs: completion-only masked-diffusion SFT (LLaDA, Dream) and block-diffusion
 SFT over the `[noisy; clean]` concatenation (SDAR, LLaDA2), optionally with LoRA adapters (peft).
 
-    from dare_bench.trainers.sft import SFTConfig, train_sft
-    result = train_sft(model, examples, SFTConfig(steps=300, lr=1e-3, batch_size=64), sink=print)
+    from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
+    result = train_sft(model, examples, SFTConfig(steps=300, lr=1e-3, batch_size=64), SFTRunOptions(sink=print))
 
 CPU: runs as is on the tiny presets. One GPU: move the model to `cuda` first. torchrun: not wired here (the paper-scale
 launcher in `trainers/distributed.py` wraps the same function).
@@ -139,38 +139,77 @@ def cosine_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
     return f
 
 
-def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, sink: Callable[[int, dict], Any] | None = None,
-              checkpoint_cb: Callable[[int], Any] | None = None, progress: bool = False) -> SFTResult:
-    """Train `model` in place for `cfg.steps` steps on batches drawn (seeded) from `examples`."""
+@dataclass
+class SFTRunOptions:
+    """What is specific to one `train_sft` call (the recipe is `SFTConfig`): `sink(step, metrics)` every
+    `cfg.log_every` steps and at the last (0-based steps), `checkpoint_cb(steps_done)` after every step, a tqdm bar."""
+
+    sink: Callable[[int, dict], Any] | None = None
+    checkpoint_cb: Callable[[int], Any] | None = None
+    progress: bool = False
+
+
+def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,
+              options: SFTRunOptions | None = None) -> SFTResult:
+    """Train `model` in place for `cfg.steps` steps on batches drawn (seeded) from `examples`.
+
+    Stages: setup (seeded generator, AdamW, warmup LR) → per step: draw a batch → loss / backward / clip / step →
+    log (sink, checkpoint callback) → eval mode and the result."""
+    opts = options or SFTRunOptions()
     if not examples:
         raise ConfigError("SFT needs at least one example")
-    traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
-    gen = torch.Generator().manual_seed(cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_constant_lambda(cfg.warmup_steps))
-    model.train()
+    run = _SFTRun(model, cfg)
     result = SFTResult(steps=cfg.steps)
     start = time.perf_counter()
-    iterator = range(cfg.steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc="sft", unit="step")
-    for step in iterator:
-        idx = torch.randint(len(examples), (cfg.batch_size,), generator=gen).tolist()
-        ids, plen, alen = collate([examples[i] for i in idx], traits.eos_token_id)
-        loss = sft_loss(model, ids, plen, alen, gen, cfg.eps)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        sched.step()
+    for step in _steps(cfg.steps, "sft", opts.progress):
+        ids, plen, alen = run.draw_batch(examples)
+        loss, grad_norm = run.optimizer_step(ids, plen, alen)
         result.losses.append(float(loss.detach()))
-        if sink is not None and (step % cfg.log_every == 0 or step == cfg.steps - 1):
-            sink(step, {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "lr": sched.get_last_lr()[0]})
-        if checkpoint_cb is not None:
-            checkpoint_cb(step + 1)
+        _log(opts, cfg, step, {"loss": float(loss.detach()), "grad_norm": float(grad_norm),
+                               "lr": run.scheduler.get_last_lr()[0]})
+        if opts.checkpoint_cb is not None:
+            opts.checkpoint_cb(step + 1)
     model.eval()
     result.seconds = time.perf_counter() - start
     return result
+
+
+class _SFTRun:
+    """Setup and one optimizer step of `train_sft` (the generator draws the batch, then the noise)."""
+
+    def __init__(self, model, cfg: SFTConfig):
+        self.model, self.cfg = model, cfg
+        self.traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_constant_lambda(cfg.warmup_steps))
+        model.train()
+
+    def draw_batch(self, examples: Sequence[SFTExample]):
+        idx = torch.randint(len(examples), (self.cfg.batch_size,), generator=self.gen).tolist()
+        return collate([examples[i] for i in idx], self.traits.eos_token_id)
+
+    def optimizer_step(self, ids, plen, alen):
+        loss = sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss, grad_norm
+
+
+def _steps(n: int, desc: str, progress: bool):
+    """range(n), with a tqdm bar when asked (shared by the SFT and preference trainers)."""
+    if not progress:
+        return range(n)
+    from tqdm.auto import tqdm
+
+    return tqdm(range(n), desc=desc, unit="step")
+
+
+def _log(opts, cfg, step: int, metrics: dict[str, float]) -> None:
+    """`opts.sink(step, metrics)` every `cfg.log_every` steps and at the last step."""
+    if opts.sink is not None and (step % cfg.log_every == 0 or step == cfg.steps - 1):
+        opts.sink(step, metrics)

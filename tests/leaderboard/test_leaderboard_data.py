@@ -8,7 +8,7 @@ import pytest
 from lb_helpers import add_run, config
 from typer.testing import CliRunner
 
-from dare_bench import leaderboard_data as L
+from dare_bench.leaderboard import data as L
 from dare_bench.cli import app
 from dare_bench.errors import StoreError
 from dare_bench.store import EvaluationRecord, Store
@@ -172,7 +172,7 @@ def test_command_rejects_a_bad_database_in_one_line(tmp_path):
     result = CliRunner().invoke(app, ["leaderboard", "--db", str(tmp_path / "missing.db")])
     assert result.exit_code != 0
     assert isinstance(result.exception, StoreError) and "no database at" in str(result.exception)
-    from dare_bench.leaderboard_command import APP, streamlit_command
+    from dare_bench.leaderboard.commands import APP, streamlit_command
 
     argv, env = streamlit_command("sqlite:///x.db", port=8765, host="127.0.0.1")
     assert APP.is_file() and str(APP) in argv and env["DARE_BENCH_DB"] == "sqlite:///x.db"

@@ -9,7 +9,7 @@ import pytest
 from lb_helpers import APP
 from streamlit.testing.v1 import AppTest
 
-from dare_bench import leaderboard_data as L
+from dare_bench.leaderboard import data as L
 
 SHRINK = ["base.steps=4", "base.start_step=4", "base.checkpoint_every=4", "base.batch_size=4",
           "base.warmup_steps=1", "eval.limit=4", "eval.batch_size=4"]

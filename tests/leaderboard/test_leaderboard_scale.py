@@ -12,7 +12,7 @@ import pytest
 from lb_helpers import APP
 from streamlit.testing.v1 import AppTest
 
-from dare_bench import leaderboard_data as L
+from dare_bench.leaderboard import data as L
 from dare_bench.store import Store
 
 N_RUNS = 10_000

@@ -1,5 +1,6 @@
 """`dare-bench reproduce` end to end at micro scale, and its bad-input paths."""
 
+import dataclasses
 import json
 import shutil
 
@@ -79,7 +80,7 @@ def test_failed_run_is_marked_failed(db, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(pipeline, "evaluate_model", boom)
+    monkeypatch.setattr(pipeline.evaluation, "evaluate_model", boom)  # the stage module that evaluates
     with pytest.raises(RuntimeError):
         pipeline.reproduce("baseline-llada-sudoku", "micro", db=db, progress=False, log=lambda m: None)
     runs = Store(db).latest_runs(reproduction="baseline-llada-sudoku")
@@ -134,7 +135,7 @@ def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatc
     real_train = loop.train_rl
 
     def interrupted(*a, **k):
-        real_train(*a, **{**k, "stop_after": 1})
+        real_train(*a, **{**k, "options": dataclasses.replace(k["options"], stop_after=1)})
         raise KeyboardInterrupt("killed after the first checkpoint")
 
     monkeypatch.setattr(loop, "train_rl", interrupted)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dare_bench.trainers.checkpoint import STATE_FILE, latest_checkpoint, list_checkpoints, save_checkpoint
-from dare_bench.trainers.loop import TIMING_KEYS, train_rl
+from dare_bench.trainers.loop import TIMING_KEYS, RLRunOptions, train_rl
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
 
 
@@ -37,14 +37,14 @@ import json, sys, time, torch
 sys.path.insert(0, {here!r})
 torch.set_num_threads(1)
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
-from dare_bench.trainers.loop import train_rl
+from dare_bench.trainers.loop import RLRunOptions, train_rl
 ckpt, out, resume, delay = sys.argv[1], sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
 def sink(step, metrics):
     if step >= 2:  # after checkpoint 1: give the test time to kill the run; no effect on the numbers
         time.sleep(delay)
 cfg = rl_settings(**json.loads({cfg!r}))
-res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", cfg, sink=sink, checkpoint_dir=ckpt,
-               resume=resume, seed=5, progress=False)
+res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", cfg,
+               RLRunOptions(sink=sink, checkpoint_dir=ckpt, resume=resume, seed=5, progress=False))
 torch.save({{"history": res.history, "state": res.policy.state_dict(), "resumed_from": res.resumed_from}}, out)
 """
 
@@ -65,8 +65,8 @@ def _uninterrupted(cfg, seed=5, **kw):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # same reduction order as the subprocess
     try:
-        return train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(**cfg), seed=seed,
-                        progress=False, **kw)
+        return train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(**cfg),
+                        RLRunOptions(seed=seed, progress=False, **kw))
     finally:
         torch.set_num_threads(threads)
 
@@ -147,10 +147,10 @@ sys.path.insert(0, {here!r})
 torch.set_num_threads(1)
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
 from dare_bench.trainers.distributed import init_distributed
-from dare_bench.trainers.loop import train_rl
+from dare_bench.trainers.loop import RLRunOptions, train_rl
 info = init_distributed()
 res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(steps=2, checkpoint_every=1),
-               checkpoint_dir=sys.argv[1], seed=3, progress=False)
+               RLRunOptions(checkpoint_dir=sys.argv[1], seed=3, progress=False))
 torch.save({{"state": res.policy.state_dict(), "history": res.history}}, sys.argv[2] + f".{{info.rank}}")
 """
 

@@ -1,8 +1,9 @@
-"""`dare-bench reproduce NAME`: the main job (see `dare_bench/pipeline.py`).
+"""`dare-bench reproduce NAME`: the main job (the stages are `dare_bench/pipeline/`, see its `__init__.py`).
 
     dare-bench reproduce d1-llada-sudoku                  # tiny scale on a CPU machine
     dare-bench reproduce sft-llada-sudoku --scale micro --json
     dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
+    dare-bench reproduce --help
 """
 
 from __future__ import annotations

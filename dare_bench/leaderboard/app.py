@@ -11,7 +11,7 @@ drill-down into one run (resolved config, run record, sampler preset, a page of 
     DARE_BENCH_DB=sqlite:///results.db streamlit run leaderboard/app.py   # the same app, by hand
 
 No GPU and no torchrun: it only reads the database (SQLite is opened with mode=ro), so CPU, one-GPU and multi-GPU
-machines run it the same way. The queries live in `dare_bench/leaderboard_data.py`.
+machines run it the same way. The queries live in `dare_bench/leaderboard/data.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dare_bench import leaderboard_data as data
+from dare_bench.leaderboard import data
 from dare_bench.errors import DareBenchError
 
 MAX_RUNS_OVERLAID = 12  # beyond this an overlay is unreadable; the mean per algorithm is the view for many runs

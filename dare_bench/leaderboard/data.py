@@ -1,6 +1,6 @@
 """Read-only queries behind the leaderboard (no Streamlit here, so every query is unit-testable).
 
-    from dare_bench.leaderboard_data import open_reader, winners
+    from dare_bench.leaderboard.data import open_reader, winners
     engine = open_reader("sqlite:///results.db")        # refuses to create, migrate or write anything
     cells = winners(engine, backbone="llada", scale="micro")
 

@@ -5,7 +5,7 @@
     dare-bench leaderboard --db postgresql://host/db --host 0.0.0.0   # only when you mean to expose it
 
 The database is checked before the server starts (missing file, not a dare-bench database, old schema: one
-error line, exit 2). The app file ships inside the package (`dare_bench/leaderboard_app.py`), so a normal
+error line, exit 2). The app file ships inside the package (`dare_bench/leaderboard/app.py`), so a normal
 install and an editable checkout serve the same thing; `leaderboard/app.py` is a thin entry for `streamlit run`.
 """
 
@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-APP = Path(__file__).resolve().parent / "leaderboard_app.py"
+APP = Path(__file__).resolve().parent / "app.py"
 
 
 def streamlit_command(url: str, *, port: int, host: str) -> tuple[list[str], dict[str, str]]:
@@ -46,12 +46,12 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (localhost by default)."),
     ) -> None:
         """Serve the leaderboard: winners per backbone, reported vs reproduced, curves, run drill-down."""
-        from dare_bench.leaderboard_data import database_target, open_reader
+        from dare_bench.leaderboard.data import database_target, open_reader
 
         url = database_target(db)
         open_reader(url).dispose()  # fail here, in one line, rather than in the browser
         argv, env = streamlit_command(url, port=port, host=host)
-        from dare_bench.leaderboard_data import display_url
+        from dare_bench.leaderboard.data import display_url
 
         typer.echo(f"leaderboard on http://{host}:{port} (database {display_url(url)}); Ctrl-C stops it", err=True)
         sys.stdout.flush()

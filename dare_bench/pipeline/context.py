@@ -1,0 +1,53 @@
+"""What one `reproduce` run hands from stage to stage: `RunContext` (the run's fixed inputs: config, store, seed,
+device ...) and `Base` (the starting model with its tokenizer, task and training data).
+
+    from dare_bench.pipeline.context import RunContext
+    ctx = RunContext(cfg, store, run_id, result, seed=0, resume=False, device="cpu", progress=False, log=print)
+    ctx.run_dir   # DARE_BENCH_HOME/runs/<reproduction>-<scale>-<hash>-seed<seed>: checkpoints/, final/
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from dare_bench.fileio import dare_bench_home
+
+Log = Callable[[str], Any]
+
+
+@dataclass
+class RunContext:
+    """The fixed inputs of one reproduction run, shared by every stage of `dare_bench.pipeline._run`."""
+
+    cfg: Any  # the resolved RunConfig
+    store: Any  # dare_bench.store.Store
+    run_id: int
+    result: Any  # the ReproduceResult the stages fill in
+    seed: int
+    resume: bool
+    device: str
+    progress: bool
+    log: Log
+    paper_dir: Path | None = None  # paper scale: the real checkpoint (the base); None: tiny / micro SFT base
+
+    @property
+    def run_dir(self) -> Path:
+        cfg = self.cfg
+        return dare_bench_home() / "runs" / f"{cfg.reproduction}-{cfg.scale}-{cfg.content_hash[:12]}-seed{self.seed}"
+
+
+@dataclass
+class Base:
+    """The post-training start and what it was built with."""
+
+    model: Any
+    tokenizer: Any
+    task: Any
+    train_data: Any  # the task's training items (a Dataset-like with `.fingerprint`)
+    directory: Path  # the cached base (tiny / micro) or the paper-scale base's cache dir (its evaluation)
+    template: Any  # "plain" (tiny replicas) or the chat tokenizer (paper scale)
+
+
+__all__ = ["Base", "Log", "RunContext"]

@@ -1,0 +1,100 @@
+"""Stages 3 and 5, evaluation: the base (cached beside it, shared by every algorithm on it) and the trained model,
+on the same items with the reproduction's pinned sampler (`eval.sampler`); also the mid-training evaluations of
+`train.eval_every` (stored as evaluation `step-N`).
+
+    dare-bench reproduce baseline-llada-sudoku --scale micro    # train.kind none: the base's evaluation is final
+
+    from dare_bench.pipeline.evaluation import evaluate_model
+    result, record = evaluate_model(model, tokenizer, task, cfg, seed=0, progress=False, label="final", step=3)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dare_bench.fileio import atomic_write_json
+from dare_bench.pipeline.base_cache import _hash
+from dare_bench.pipeline.context import Base, RunContext
+
+
+def evaluate_base(ctx: RunContext, base: Base):
+    """The base's evaluation record (cached); its metrics become `result.base_metrics`."""
+    base_eval, base_record = _cached_base_eval(base.model, base.tokenizer, base.task, ctx.cfg, base.directory,
+                                               seed=ctx.seed, progress=ctx.progress)
+    ctx.result.base_metrics = dict(base_eval["metrics"])
+    return base_record
+
+
+def evaluate_final(ctx: RunContext, base: Base, model, final_step: int, base_record):
+    """The trained model's evaluation record (label "final"); `train.kind: none` reuses the base's."""
+    if ctx.cfg.profile.train.kind == "none":
+        ctx.result.metrics = dict(ctx.result.base_metrics)
+        return base_record.model_copy(update={"checkpoint": "final", "uid": _new_uid()})
+    final_eval, final_record = evaluate_model(model, base.tokenizer, base.task, ctx.cfg, seed=ctx.seed,
+                                              progress=ctx.progress, label="final", step=final_step)
+    ctx.result.metrics = dict(final_eval.metrics)
+    return final_record
+
+
+def sampler_preset_from_config(sampler, template: str = "plain", batch_size: int = 16):
+    """A SamplerPreset holding exactly the reproduction's pinned decoding settings, for every sampler kind."""
+    from dare_bench.evaluators.presets import SAMPLER_KINDS, SamplerPreset
+    from dare_bench.trainers.loop import rollout_settings
+
+    settings = rollout_settings(sampler)
+    return SamplerPreset(name=sampler.name or "reproduction", settings={k: dict(settings) for k in SAMPLER_KINDS},
+                         source="reproduction config (eval.sampler)", template=template, batch_size=batch_size)
+
+
+def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, label: str, step: int):
+    from dare_bench.evaluators.evaluator import evaluate
+
+    ev = cfg.profile.eval
+    from dare_bench.store.records import EvaluationRecord
+
+    template = "plain" if cfg.scale in ("tiny", "micro") else "chat"
+    preset = sampler_preset_from_config(ev.sampler, template=template, batch_size=ev.batch_size)
+    result = evaluate(model, task, preset=preset, tokenizer=tokenizer, limit=ev.limit, split=ev.split,
+                      grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=progress)
+    record = EvaluationRecord(**{**result.evaluation_record(), "checkpoint": label, "step": step,
+                                 "primary_metric": ev.metric})
+    return result, record
+
+
+def _new_uid() -> str:
+    from dare_bench.store.records import new_uid
+
+    return new_uid()
+
+
+def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int, progress: bool):
+    """The base's evaluation is shared by every algorithm on it: cached beside the base, keyed by eval settings."""
+    from dare_bench.store.records import EvaluationRecord
+
+    key = _hash({"eval": cfg.profile.eval.model_dump(), "grader": cfg.grader, "seed": seed})[:16]
+    path = base_dir / f"eval-{key}.json"
+    if path.exists():
+        record = EvaluationRecord.model_validate_json(path.read_text())
+        return {"metrics": record.metrics}, record
+    res, record = evaluate_model(model, tokenizer, task, cfg, seed=seed, progress=progress, label="base", step=0)
+    atomic_write_json(path, json.loads(record.model_dump_json()))
+    return {"metrics": res.metrics}, record
+
+
+def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
+    """`train.eval_every`: the final evaluation's settings on the current policy, stored as evaluation `step-N`;
+    its primary metric and score also join the step's metrics as `eval_*` (the RL gain at tiny scale peaks early,
+    so the curve matters)."""
+    metric = cfg.profile.eval.metric
+
+    def run(policy, step: int) -> dict[str, float]:
+        res, record = evaluate_model(policy, tokenizer, task, cfg, seed=seed, progress=False, label=f"step-{step}",
+                                     step=step)
+        store.add_evaluation(run_id, record)
+        return {k: res.metrics[k] for k in dict.fromkeys((metric, "score")) if k in res.metrics}
+
+    return run
+
+
+__all__ = ["evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config"]

@@ -1,0 +1,170 @@
+"""Stage 1, the plan: resolve a reproduction's config, check its algorithm against its backbone, size the run.
+
+`resolve` gives (spec, resolved config) and refuses an algorithm on a backbone it is not defined for before any
+work; `paper_plan` is what `--scale paper --dry-run` prints (checkpoint, parameter count, memory budget from a
+meta-device model, the torchrun command); `local_plan` the tiny / micro dry run.
+
+    dare-bench reproduce d1-llada-sudoku --scale micro --dry-run
+    dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
+
+    from dare_bench.pipeline.plan import paper_plan, resolve
+    spec, cfg = resolve("bgpo-llada-sudoku", "paper")
+    paper_plan(cfg, None)["memory_gib"]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dare_bench.errors import CheckpointError, ConfigError, DareBenchError
+
+
+def default_scale() -> str:
+    import torch
+
+    return "paper" if torch.cuda.is_available() else "tiny"
+
+
+def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
+    from dare_bench.registry import get
+
+    spec = get(name)
+    cfg = spec.resolve(scale, list(overrides))
+    _check_algorithm_backbone(cfg)
+    return spec, cfg
+
+
+def _check_algorithm_backbone(cfg) -> None:
+    """Refuse an algorithm on a backbone it is not defined for before any work (e.g. EBPO on an MDLM)."""
+    if cfg.profile.train.kind != "rl":
+        return
+    from dare_bench.trainers.algorithms.base import get_algorithm
+
+    algo = get_algorithm(_plugin_name(cfg.algorithm))
+    attention = "block_causal" if cfg.backbone in ("sdar", "llada2") else "bidirectional"
+    if attention not in algo.attention_kinds:
+        raise ConfigError(f"{cfg.algorithm} is not defined for {cfg.backbone} ({attention} attention backbones); "
+                          f"it supports {list(algo.attention_kinds)}")
+
+
+def _plugin_name(algorithm: str) -> str:
+    """Registry ids use dashes (coupled-grpo), plug-in names underscores or the same id."""
+    from dare_bench.trainers.algorithms.base import ALGORITHMS, _import_all
+
+    _import_all()
+    for candidate in (algorithm, algorithm.replace("-", "_")):
+        if candidate in ALGORITHMS:
+            return candidate
+    return algorithm
+
+
+def local_plan(cfg) -> dict[str, Any]:
+    """What a tiny / micro run would do (`--dry-run`): the resolved config, the base recipe, the model preset."""
+    return {"config": cfg.to_dict(), "base": cfg.profile.base.model_dump() if cfg.profile.base else None,
+            "model_preset": cfg.profile.model.preset}
+
+
+def _answer_length(cfg) -> int:
+    """Completion length the run decodes (evaluation and rollouts): the SFT answers are EOS-padded to it."""
+    lengths = [cfg.profile.eval.sampler.gen_length]
+    if cfg.profile.train.rollout is not None:
+        lengths.append(cfg.profile.train.rollout.gen_length)
+    return max(lengths)
+
+
+def _train_items_needed(cfg) -> int | None:
+    """Tiny / micro runs draw at most this many training items (a micro base needs ~1k, not a 20k-item set)."""
+    if cfg.profile.base is None:
+        return None
+    train = cfg.profile.train
+    needed = max(cfg.profile.base.start_step * cfg.profile.base.batch_size,
+                 (train.steps or 1) * (train.batch_prompts or 1), 256)
+    return needed if needed < 20000 else None
+
+
+def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
+    """What a paper-scale run would do: checkpoint, parameter count and memory budget from a meta-device model."""
+    from dare_bench.models import from_config
+    from dare_bench.models.real_configs import real_config
+
+    ckpt_id = cfg.profile.model.checkpoint
+    ckpt_dir = _checkpoint_dir(ckpt_id, checkpoint)
+    if ckpt_dir is not None:
+        from dare_bench.models.base import detect_family
+        from dare_bench.models.io import read_config
+
+        config_source = str(ckpt_dir / "config.json")
+        family = detect_family(read_config(ckpt_dir)[0], config_source).name
+        if family != cfg.backbone:
+            raise CheckpointError(f"{config_source}: a {family} checkpoint, but {cfg.reproduction} needs a "
+                                  f"{cfg.backbone} backbone ({ckpt_id})")
+        model = from_config(ckpt_dir)
+    else:
+        config_source, config = real_config(ckpt_id)
+        model = from_config(config)
+    n = model.num_parameters()
+    train = cfg.profile.train
+    lora = train.lora is not None
+    bytes_weights = 2 * n  # bf16 weights
+    trainable = _lora_params(model, train.lora) if lora else n
+    bytes_train = trainable * (2 + 4 + 4 + 4)  # bf16 grads, fp32 master + Adam m, v
+    gpus = train.gpus or 1
+    plan = {
+        "reproduction": cfg.reproduction, "scale": cfg.scale, "checkpoint": ckpt_id,
+        "revision": cfg.profile.model.revision, "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
+        "config_source": config_source, "parameters": n, "trainable_parameters": trainable,
+        "memory_gib": {
+            "weights_bf16": round(bytes_weights / 2**30, 2),
+            "optimizer_and_grads": round(bytes_train / 2**30, 2),
+            "reference_model": round(bytes_weights / 2**30, 2) if (train.beta_kl > 0 and not lora) else 0.0,
+            "per_gpu_fsdp": round((bytes_weights + bytes_train) / gpus / 2**30, 2),
+        },
+        "gpus": gpus,
+        "command": (f"torchrun --nproc_per_node {gpus} -m dare_bench.cli reproduce {cfg.reproduction} --scale "
+                    f"{cfg.scale} --checkpoint {ckpt_dir or '$DARE_BENCH_CHECKPOINTS/' + ckpt_id.split('/')[-1]}"
+                    " --device cuda"),
+        "config": cfg.to_dict(),
+    }
+    return plan
+
+
+def _lora_params(model, lora) -> int:
+    import torch
+
+    total = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            if lora.target_modules and not any(name.endswith(t) for t in lora.target_modules):
+                continue
+            total += lora.r * (module.in_features + module.out_features)
+    return total
+
+
+def _checkpoint_dir(ckpt_id: str | None, given: str | None) -> Path | None:
+    if given:
+        p = Path(given).expanduser()
+        if not (p / "config.json").exists():
+            raise CheckpointError(f"{p}: not a checkpoint directory (no config.json)")
+        return p
+    root = os.environ.get("DARE_BENCH_CHECKPOINTS")
+    if root and ckpt_id:
+        p = Path(root).expanduser() / ckpt_id.split("/")[-1]
+        if (p / "config.json").exists():
+            return p
+    return None
+
+
+def _require_gpu_and_checkpoint(plan: dict[str, Any]) -> None:
+    import torch
+
+    if plan["checkpoint_dir"] is None:
+        raise CheckpointError(f"--scale paper needs the checkpoint {plan['checkpoint']}: pass --checkpoint DIR or set "
+                              "DARE_BENCH_CHECKPOINTS to a directory holding it")
+    if not torch.cuda.is_available():
+        raise DareBenchError("--scale paper needs a CUDA GPU; use --scale tiny (or micro) on this machine, or "
+                             "--dry-run to see the plan")
+
+
+__all__ = ["default_scale", "local_plan", "paper_plan", "resolve"]

@@ -1,0 +1,128 @@
+"""Stage 4, training: post-train the base with the reproduction's trainer, chosen by `train.kind`.
+
+rl -> `trainers.loop.train_rl` with the algorithm plug-in (checkpoints under the run dir, `--resume` continues from
+them, `train.eval_every` evaluates mid-training); sft -> `trainers.sft.train_sft` (LoRA adapters when `train.lora`
+is set); preference -> `trainers.preference.train_preference` (VRPO on pairs from the base's own samples); none ->
+the base as it is. Step metrics go to the store as they come.
+
+    dare-bench reproduce d1-llada-sudoku --scale micro              # rl
+    dare-bench reproduce d1-llada-sudoku --scale micro --resume     # rl, after an interruption
+    dare-bench reproduce lora-llada-sudoku --scale micro            # sft with LoRA
+    dare-bench reproduce vrpo-llada-sudoku --scale micro            # preference
+
+    from dare_bench.pipeline.train import train
+    model, final_step = train(ctx, base)    # ctx: pipeline.context.RunContext, base: pipeline.context.Base
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dare_bench.errors import DareBenchError
+from dare_bench.fileio import atomic_directory
+from dare_bench.pipeline.context import Base, RunContext
+from dare_bench.pipeline.evaluation import _mid_training_eval
+from dare_bench.pipeline.examples import preference_pairs, sft_examples
+from dare_bench.pipeline.plan import _answer_length, _plugin_name
+from dare_bench.pipeline.summary import ReproduceResult
+
+
+def train(ctx: RunContext, base: Base):
+    """(trained model, its final step) with the trainer of `train.kind`; the base itself for "none"."""
+    import torch
+
+    kind = ctx.cfg.profile.train.kind
+    sink = _metrics_sink(ctx.store, ctx.run_id, ctx.result)
+    torch.manual_seed(ctx.seed)
+    if kind == "rl":
+        return train_rl_stage(ctx, base, sink)
+    if kind == "sft":
+        return train_sft_stage(ctx, base, sink)
+    if kind == "preference":
+        return train_vrpo_stage(ctx, base, sink)
+    return base.model, 0  # "none": evaluate the base as it is
+
+
+def train_rl_stage(ctx: RunContext, base: Base, sink):
+    """The shared RL loop with the reproduction's plug-in; a resumed run's earlier steps join this run's curve."""
+    from dare_bench.trainers import loop
+
+    cfg, store, run_id, seed, resume = ctx.cfg, ctx.store, ctx.run_id, ctx.seed, ctx.resume
+    model, tokenizer, task, train_data, template = base.model, base.tokenizer, base.task, base.train_data, base.template
+    train = cfg.profile.train
+    run_dir = ctx.run_dir
+    if not resume:  # a fresh run must never resume later from a previous run's checkpoints
+        import shutil
+
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    options = loop.RLRunOptions(seed=seed, sink=sink, progress=ctx.progress, checkpoint_dir=run_dir / "checkpoints",
+                                resume=resume, items=list(train_data), prompt_template=template,
+                                grader=cfg.grader,
+                                evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
+    out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, options=options)
+    if out.resumed_from:  # steps trained before the interruption belong to this run's curve too
+        for step, metrics in enumerate(out.history[: out.resumed_from], start=1):
+            store.log_metrics(run_id, step, metrics)
+    ctx.result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
+    return out.policy, out.optimizer_steps
+
+
+def train_sft_stage(ctx: RunContext, base: Base, sink):
+    """Continued SFT (LoRA adapters when `train.lora`) on the gold answers, EOS-padded to the answer length."""
+    from dare_bench.trainers.lora import apply_lora
+    from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
+
+    train, model = ctx.cfg.profile.train, base.model
+    if train.lora is not None:
+        model = apply_lora(model, train.lora)
+    steps = train.steps or 1
+    cfg = SFTConfig(steps=steps, lr=train.lr, batch_size=train.batch_prompts or 32, warmup_steps=train.warmup_steps,
+                    weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=ctx.seed + 1)
+    examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
+                            _answer_length(ctx.cfg))
+    train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress))
+    return model, steps
+
+
+def train_vrpo_stage(ctx: RunContext, base: Base, sink):
+    """VRPO at tiny scale: preference pairs from the base's own rollouts (chosen = the gold answer, rejected = the
+    base's lowest-reward sample when it is worse than gold)."""
+    from dare_bench.trainers.preference import PreferenceConfig, PreferenceRunOptions, train_preference
+
+    cfg, model, seed = ctx.cfg, base.model, ctx.seed
+    train = cfg.profile.train
+    knobs = train.algorithm or {}
+    # VRPO has no rollouts of its own (rollout: null): the base answers with the pinned evaluation sampler.
+    sampler = train.rollout or cfg.profile.eval.sampler
+    pairs = preference_pairs(model, base.tokenizer, base.task,
+                             list(base.train_data)[: max(8, (train.batch_prompts or 8) * 4)],
+                             sampler, cfg.grader, seed, base.template)
+    if not pairs:
+        raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
+    pcfg = PreferenceConfig(steps=train.steps or 10, lr=train.lr, batch_pairs=max(1, (train.batch_prompts or 4)),
+                            beta=float(knobs.get("dpo_beta", 0.2)), mc_samples=train.mc_samples, seed=seed)
+    train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress))
+    return model, pcfg.steps
+
+
+def _metrics_sink(store, run_id: int, result: ReproduceResult):
+    def sink(step: int, metrics: dict) -> None:
+        store.log_metrics(run_id, int(step), metrics)
+        if "reward_mean" in metrics:
+            result.reward_curve.append(float(metrics["reward_mean"]))
+
+    return sink
+
+
+def save_final_model(model, tokenizer, directory: Path) -> None:
+    """The trained model, atomically: a Hugging Face checkpoint dir, or PEFT-format adapters for LoRA runs (both load
+    with `dare-bench eval --model DIR`)."""
+    with atomic_directory(directory) as tmp:
+        if hasattr(model, "peft_config"):
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+        else:
+            model.save_pretrained(tmp, tokenizer=tokenizer)
+
+
+__all__ = ["save_final_model", "train", "train_rl_stage", "train_sft_stage", "train_vrpo_stage"]
