@@ -60,6 +60,11 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+# The one help text of every command's `--db` (store.engine.resolve_url reads the same order).
+DB_HELP = ("Database path or SQLAlchemy URL (default: $DARE_BENCH_DB, else $DARE_BENCH_HOME/results.db; "
+           "DARE_BENCH_HOME defaults to ~/.cache/dare-bench).")
+
+
 def dare_bench_home() -> Path:
     """Where cached bases, checkpoints and run artefacts live (`DARE_BENCH_HOME`, default: the user cache dir)."""
     env = os.environ.get("DARE_BENCH_HOME")

@@ -72,6 +72,8 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import typer
 
+from dare_bench.fileio import DB_HELP
+
 from dare_bench.errors import ConfigError, DareBenchError, print_error
 
 DEFAULT_ALPHA = 0.01
@@ -357,8 +359,7 @@ def register(app: typer.Typer) -> None:
         names: Optional[List[str]] = typer.Argument(None, help="Reproductions to check (default: every one with a "
                                                                "baseline at --scale)."),
         scale: str = typer.Option("micro", "--scale", help="micro | tiny: the scale the baselines were recorded at."),
-        db: Optional[str] = typer.Option(None, "--db", help="Store URL or SQLite path (default: $DARE_BENCH_DB or "
-                                                            "the store under DARE_BENCH_HOME)."),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
         run: bool = typer.Option(False, "--run", help="Run the reproductions (afresh) before comparing; without it "
                                                       "the latest matching runs in the store are compared."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout instead of the table."),

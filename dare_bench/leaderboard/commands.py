@@ -18,6 +18,8 @@ from typing import Optional
 
 import typer
 
+from dare_bench.fileio import DB_HELP
+
 APP = Path(__file__).resolve().parent / "app.py"
 
 
@@ -40,8 +42,7 @@ def streamlit_command(url: str, *, port: int, host: str) -> tuple[list[str], dic
 def register(app: typer.Typer) -> None:
     @app.command("leaderboard")
     def leaderboard_cmd(
-        db: Optional[str] = typer.Option(None, "--db", help="Database path or SQLAlchemy URL (default: DARE_BENCH_DB "
-                                         "or $DARE_BENCH_HOME/results.db).", show_default=False),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
         port: int = typer.Option(8501, "--port", min=1, max=65535, help="TCP port to serve on."),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (localhost by default)."),
     ) -> None:

@@ -14,6 +14,8 @@ from typing import List, Optional
 
 import typer
 
+from dare_bench.fileio import DB_HELP
+
 
 def register(app: typer.Typer) -> None:
     @app.command("reproduce")
@@ -24,8 +26,7 @@ def register(app: typer.Typer) -> None:
         scale: Optional[str] = typer.Option(None, "--scale", help="micro | tiny | paper (default: tiny without a "
                                                                   "GPU, paper with one)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default: the scale's first seed)."),
-        db: Optional[str] = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path (default: "
-                                                            "$DARE_BENCH_DB or DARE_BENCH_HOME/dare-bench.db)."),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
         resume: bool = typer.Option(False, "--resume", help="Continue from the run's last checkpoint."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan; run nothing."),
         force: bool = typer.Option(False, "--force", help="Run even if an identical finished run exists."),

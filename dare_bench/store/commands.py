@@ -23,8 +23,9 @@ from typing import Optional
 
 import typer
 
-DB_OPTION = typer.Option(None, "--db", help="Database path or SQLAlchemy URL (default: DARE_BENCH_DB or "
-                         "$DARE_BENCH_HOME/results.db).", show_default=False)
+from dare_bench.fileio import DB_HELP
+
+DB_OPTION = typer.Option(None, "--db", help=DB_HELP, show_default=False)
 
 EXPORT_COLUMNS = (
     "run_id", "run_uid", "reproduction", "algorithm", "backbone", "task", "scale", "seed", "status", "modified",
