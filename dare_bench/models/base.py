@@ -147,10 +147,14 @@ class DiffusionLM(nn.Module):
     ) -> torch.Tensor:
         """Return logits `[B, L, V]` (float) in the official convention.
 
-        attention_mask: `[B, L]` 0/1 padding mask with the official family semantics.
-        position_ids: `[B, L]`; defaults to the family's official default.
-        attn_mask: explicit boolean `[B or 1, 1, Lq, Lk]` (True = may attend) overriding the family's default pattern;
-            used for packing, block-causal training layouts and cached decoding.
+        attention_mask: what the official forward takes, with its semantics: a `[B, Lk]` 0/1 padding mask, or
+            where the official model takes one, the 4-D `[B or 1, 1, Lq, Lk]` mask in the official dtype forms
+            (Dream: bool or additive, also the string "full"; SDAR: bool or integer 0/1; LLaDA2: additive or bool;
+            LLaDA takes its 4-D pattern as the extra keyword `attention_bias`). Other forms raise `DareBenchError`.
+        position_ids: `[B or 1, L]`; defaults to the family's official default.
+        attn_mask: explicit `[B or 1, 1, Lq, Lk]` mask, bool (True = may attend) or additive float, overriding the
+            family's default pattern (the native keyword, the same in every family); used for packing, block-causal
+            training layouts and cached decoding. At most one of it and a 4-D attention_mask.
         kv_cache / update_cache / replace_position: see `KVCache`.
         """
         raise NotImplementedError
