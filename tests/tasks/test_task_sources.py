@@ -136,7 +136,7 @@ def test_d1_evaluation_prompt_style():
 
 
 def test_real_dare_code_items_grade_through_the_sandbox(dare_env):
-    pytest.importorskip("dare_bench.evaluators.sandbox")
+    pytest.importorskip("dare_bench.sandbox")
     he = get_task("humaneval")
     item = he.load("test", limit=1)[0]  # has_close_elements
     solution = ("```python\nfrom typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float)"
