@@ -19,7 +19,7 @@ from dare_bench.models.io import from_config, load_pretrained, load_tokenizer  #
 
 # Importing the family modules registers their FamilySpec and presets; done here, at the top, so the registries are
 # complete whenever anything in dare_bench.models has been imported (Python runs this file first).
-from dare_bench.models import dream, llada, llada2, sdar  # noqa: E402,F401  isort: skip
+from dare_bench.models import dream, llada, llada2, sdar  # noqa: F401
 
 FAMILY_MODULES = ("llada", "dream", "sdar", "llada2")
 

@@ -24,7 +24,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from dare_bench.errors import CheckpointError, DareBenchError
-from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
+from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import (
     RMSNorm,
     SwiGLU,
