@@ -234,9 +234,6 @@ def load_model(model_ref, task, *, device: str = "cpu", dtype: str = "float32", 
     from dare_bench.models.io import build_model, resolve_dtype
     from dare_bench.models.presets import PRESETS, preset_for_tokenizer
 
-    from dare_bench.models import _import_families
-
-    _import_families()
     if ref not in PRESETS:
         # let the models package phrase the error (unknown preset with a hint, or missing directory)
         load_pretrained(ref, dtype=dtype, device=device)

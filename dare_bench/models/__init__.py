@@ -8,44 +8,21 @@
 
 from __future__ import annotations
 
-import importlib
-
 from dare_bench.models.base import (  # noqa: F401
-    FAMILIES,
     DiffusionLM,
-    FamilySpec,
     KVCache,
     ModelTraits,
-    detect_family,
-    register_family,
     shift_logits,
 )
+from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
+from dare_bench.models.io import from_config, load_pretrained, load_tokenizer  # noqa: F401
+
+# Importing the family modules registers their FamilySpec and presets; done here, at the top, so the registries are
+# complete whenever anything in dare_bench.models has been imported (Python runs this file first).
+from dare_bench.models import dream, llada, llada2, sdar  # noqa: F401
 
 FAMILY_MODULES = ("llada", "dream", "sdar", "llada2")
 
 
 def _import_families() -> None:
-    for name in FAMILY_MODULES:
-        try:
-            importlib.import_module(f"dare_bench.models.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"dare_bench.models.{name}":
-                raise
-
-
-def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int | None = 0):
-    from dare_bench.models.io import load_pretrained as _load
-
-    return _load(path_or_preset, dtype=dtype, device=device, seed=seed)
-
-
-def from_config(path_or_dir, device="meta"):
-    from dare_bench.models.io import from_config as _from_config
-
-    return _from_config(path_or_dir, device=device)
-
-
-def load_tokenizer(path_or_preset):
-    from dare_bench.models.io import load_tokenizer as _load_tokenizer
-
-    return _load_tokenizer(path_or_preset)
+    """Kept for older callers: the families are registered when the package is imported."""

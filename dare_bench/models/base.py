@@ -4,21 +4,22 @@ A backbone is a `DiffusionLM` (a torch Module) whose `forward` returns float log
 model's convention, plus `traits` that tell samplers, likelihood estimators and trainers everything family-specific
 (mask id, logit shift, attention kind, block size, eos / pad ids) so that no caller branches on a family name.
 
-Families register themselves with `register_family`; `detect_family(config_dict)` picks one from `config.json`'s
-`model_type` / `architectures`.
+The family registry (`FamilySpec`, `register_family`, `detect_family`) lives in `families.py`, the bottom of the
+package; it is re-exported here for the family modules and older callers.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
-from dare_bench.errors import CheckpointError
+from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
+from dare_bench.models.io import save_pretrained as save_checkpoint_dir
+from dare_bench.models.layers import check_backend
 
 AttentionKind = Literal["bidirectional", "block_causal"]
 
@@ -147,10 +148,14 @@ class DiffusionLM(nn.Module):
     ) -> torch.Tensor:
         """Return logits `[B, L, V]` (float) in the official convention.
 
-        attention_mask: `[B, L]` 0/1 padding mask with the official family semantics.
-        position_ids: `[B, L]`; defaults to the family's official default.
-        attn_mask: explicit boolean `[B or 1, 1, Lq, Lk]` (True = may attend) overriding the family's default pattern;
-            used for packing, block-causal training layouts and cached decoding.
+        attention_mask: what the official forward takes, with its semantics: a `[B, Lk]` 0/1 padding mask, or
+            where the official model takes one, the 4-D `[B or 1, 1, Lq, Lk]` mask in the official dtype forms
+            (Dream: bool or additive, also the string "full"; SDAR: bool or integer 0/1; LLaDA2: additive or bool;
+            LLaDA takes its 4-D pattern as the extra keyword `attention_bias`). Other forms raise `DareBenchError`.
+        position_ids: `[B or 1, L]`; defaults to the family's official default.
+        attn_mask: explicit `[B or 1, 1, Lq, Lk]` mask, bool (True = may attend) or additive float, overriding the
+            family's default pattern (the native keyword, the same in every family); used for packing, block-causal
+            training layouts and cached decoding. At most one of it and a 4-D attention_mask.
         kv_cache / update_cache / replace_position: see `KVCache`.
         """
         raise NotImplementedError
@@ -164,8 +169,6 @@ class DiffusionLM(nn.Module):
         return KVCache(self.num_layers)
 
     def set_attention_backend(self, backend: str) -> None:
-        from dare_bench.models.layers import check_backend
-
         check_backend(backend)
         self.attn_backend = backend
 
@@ -193,51 +196,4 @@ class DiffusionLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def save_pretrained(self, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None) -> None:
-        from dare_bench.models.io import save_pretrained
-
-        save_pretrained(self, directory, tokenizer=tokenizer, extra_files=extra_files)
-
-
-@dataclass(frozen=True)
-class FamilySpec:
-    name: str
-    model_cls: type[DiffusionLM]
-    model_types: tuple[str, ...]
-    architectures: tuple[str, ...]
-    # Fields that must be present in config.json for this family (clear error instead of a KeyError deep inside).
-    required_fields: tuple[str, ...] = ()
-    # Extra files the official loader needs beside config.json, written by save_pretrained: name -> builder(config).
-    companion_files: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
-    # adapt_vocab(config, vocab_size=, mask_token_id=, eos_token_id=, pad_token_id=, bos_token_id=) -> new config
-    # dict with the family's own field names set; used to fit a tiny preset to a task tokenizer.
-    adapt_vocab: Callable[..., dict] | None = None
-
-
-FAMILIES: dict[str, FamilySpec] = {}
-
-
-def register_family(spec: FamilySpec) -> FamilySpec:
-    if spec.name in FAMILIES and FAMILIES[spec.name].model_cls is not spec.model_cls:
-        raise ValueError(f"family {spec.name!r} registered twice")
-    FAMILIES[spec.name] = spec
-    return spec
-
-
-def detect_family(config: dict[str, Any], source: str = "config.json") -> FamilySpec:
-    from dare_bench.models import _import_families
-
-    _import_families()
-    model_type = str(config.get("model_type", ""))
-    archs = tuple(config.get("architectures") or ())
-    for spec in FAMILIES.values():
-        if model_type.lower() in {t.lower() for t in spec.model_types} or set(archs) & set(spec.architectures):
-            missing = [f for f in spec.required_fields if f not in config]
-            if missing:
-                raise CheckpointError(f"{source}: {spec.name} config lacks required field(s) {missing}")
-            return spec
-    known = sorted(t for s in FAMILIES.values() for t in s.model_types)
-    hint = difflib.get_close_matches(model_type, known, n=1)
-    raise CheckpointError(
-        f"{source}: unknown model family (model_type={model_type!r}, architectures={list(archs)}); "
-        f"known model_types: {known}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-    )
+        save_checkpoint_dir(self, directory, tokenizer=tokenizer, extra_files=extra_files)

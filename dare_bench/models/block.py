@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dare_bench.errors import DareBenchError
-from dare_bench.models.layers import block_causal_mask
+from dare_bench.models.layers import block_causal_mask, explicit_mask
 
 
 def bd3_rule(q_idx: torch.Tensor, k_idx: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
@@ -234,15 +234,21 @@ def resolve_attention(
     attn_mask: torch.Tensor | None,
     kv_cache,
     replace_position: tuple[int, int] | None,
+    family: str = "block diffusion",
+    official_mask_forms: tuple[str, ...] = ("bool", "additive"),
 ):
     """(position_ids `[B, L]`, mask for `layers.attention` or None) of one forward call.
 
-    Default pattern (`attn_mask=None`): block-causal over absolute positions. With a KV cache of P positions the new
+    Default pattern (no 4-D mask): block-causal over absolute positions. With a KV cache of P positions the new
     queries sit at P.. (or at `replace_position[0]..` for a dual-cache replacement), so committed blocks in the cache
     are fully visible. Default positions are those absolute positions (the official `cache_position`).
-    `attention_mask` `[B, Lk]` (1 = real token; Lk = number of keys) additionally hides padding keys.
-    An explicit `attn_mask` may be bool (True = attend) or additive float (0 / -inf), `[B or 1, 1, L, Lk]`.
-    A mask that allows everything is returned as None (attention without a mask, as the official decoding branch).
+    `attention_mask` is either
+    - `[B, Lk]` (1 = real token; Lk = number of keys): hides padding keys on top of the pattern, or
+    - the official 4-D mask `[B or 1, 1, L, Lk]` in one of `official_mask_forms` (see `layers.explicit_mask`;
+      LLaDA2: bool or additive float, SDAR: bool or integer 0/1), which replaces the pattern.
+    An explicit `attn_mask` (the native keyword) may be bool (True = attend) or additive float, `[B or 1, 1, L, Lk]`;
+    giving both it and a 4-D `attention_mask` is an error. A mask that allows everything is returned as None
+    (attention without a mask, as the official decoding branch).
     """
     b, L = input_ids.shape
     device = input_ids.device
@@ -255,22 +261,34 @@ def resolve_attention(
         q_offset, k_len = past, past + L
     if position_ids is None:
         position_ids = torch.arange(q_offset, q_offset + L, device=device)[None].expand(b, L)
-    elif position_ids.shape[-1] != L:
-        raise DareBenchError(f"position_ids has length {position_ids.shape[-1]}, input_ids {L}")
+    elif position_ids.dim() != 2 or position_ids.shape[-1] != L or position_ids.shape[0] not in (1, b):
+        raise DareBenchError(f"{family}: position_ids must be [B or 1, {L}] like input_ids, got "
+                             f"{tuple(position_ids.shape)}")
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise DareBenchError(f"{family}: attention_mask must be a tensor ([B, {k_len}] padding mask or a 4-D "
+                             f"[B, 1, {L}, {k_len}] mask), got {type(attention_mask).__name__}")
+    if attention_mask is not None and attention_mask.dim() == 4:
+        if attn_mask is not None:
+            raise DareBenchError(f"{family}: got a 4-D attention_mask and attn_mask; pass the 4-D mask once")
+        attn_mask = explicit_mask(attention_mask, arg="attention_mask", family=family, forms=official_mask_forms,
+                                  q_len=L, k_len=k_len, batch=b)
+        attention_mask = None
+    elif attn_mask is not None:
+        attn_mask = explicit_mask(attn_mask, arg="attn_mask", family=family, forms=("bool", "additive"),
+                                  q_len=L, k_len=k_len, batch=b)
+    if attention_mask is not None and (attention_mask.dim() != 2 or tuple(attention_mask.shape) not in
+                                       ((b, k_len), (1, k_len))):
+        raise DareBenchError(f"{family}: attention_mask must be a [B, {k_len}] padding mask covering every key "
+                             f"(1 = real token) or a 4-D [B or 1, 1, {L}, {k_len}] mask, got "
+                             f"{tuple(attention_mask.shape)}")
     if attn_mask is None:
         if attention_mask is None and (k_len - 1) // block_size <= q_offset // block_size:
             # every key is in a block <= the first query's block: attend to all (no device sync needed to see it)
             return position_ids, None
         mask = block_causal_mask(L, k_len, block_size, q_offset=q_offset, device=device)
     else:
-        if attn_mask.dim() != 4 or tuple(attn_mask.shape[-2:]) != (L, k_len):
-            raise DareBenchError(f"attn_mask must be [B or 1, 1, {L}, {k_len}] (queries x keys incl. cache), got "
-                                 f"{tuple(attn_mask.shape)}")
         mask = attn_mask.to(device)
     if attention_mask is not None:
-        if attention_mask.dim() != 2 or attention_mask.shape[-1] != k_len:
-            raise DareBenchError(f"attention_mask (padding) must be [B, {k_len}] covering every key, got "
-                                 f"{tuple(attention_mask.shape)}")
         keep = attention_mask.to(device).bool()[:, None, None, :]
         if mask.dtype == torch.bool:
             mask = mask & keep

@@ -23,14 +23,16 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from dare_bench.errors import CheckpointError
-from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
+from dare_bench.errors import CheckpointError, DareBenchError
+from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import (
     RMSNorm,
     SwiGLU,
     apply_rotary,
     attention,
     combine_masks,
+    explicit_mask,
     query_key_padding_mask,
     rotary_cos_sin,
 )
@@ -184,8 +186,13 @@ class DreamModel(DiffusionLM):
     ) -> torch.Tensor:
         """Raw logits `[B, L, V]`: row i scores token i+1 (shift with `shift_logits(..., 1)`).
 
-        attention_mask `[B, Lk]` (0 = pad; Lk = cached + new keys) is turned into the official sampler's 4-D mask
-        (pad keys hidden, pad queries see nothing and output 0); a 4-D bool mask is taken as is. position_ids default to 0..L-1 (with a cache: the positions after the cached ones, or
+        The official calling convention works as is: `attention_mask` None or "full" (no mask), or the 4-D mask the
+        official sampler builds, `[B or 1, 1, L, Lk]`, bool (True = may attend; the sampler's
+        `m[:, None, None, :] & m[:, None, :, None]`) or additive float (added to the scores, as SDPA does).
+        Beyond that (not an upstream form), a 2-D `[B, Lk]` 0/1 padding mask (0 = pad; Lk = cached + new keys) is
+        turned into the sampler's 4-D mask (pad keys hidden, pad queries see nothing and output 0). `attn_mask` is the
+        native keyword (bool or additive float), ANDed with a 2-D padding mask; it cannot be combined with a 4-D
+        attention_mask. position_ids default to 0..L-1 (with a cache: the positions after the cached ones, or
         `replace_position`); the sampler's cumsum positions for padded batches are the caller's job.
         """
         b, l = input_ids.shape
@@ -195,15 +202,31 @@ class DreamModel(DiffusionLM):
         k_len = l if kv_cache is None else (past if replace_position is not None else past + l)
         if position_ids is None:
             position_ids = torch.arange(q_start, q_start + l, device=input_ids.device).expand(b, l)
-        elif position_ids.shape[-1] != l:
-            raise ValueError(f"position_ids cover {position_ids.shape[-1]} positions, input_ids {l}")
+        elif position_ids.dim() != 2 or position_ids.shape[-1] != l or position_ids.shape[0] not in (1, b):
+            raise DareBenchError(f"Dream: position_ids must be [B or 1, {l}] like input_ids, got "
+                                 f"{tuple(position_ids.shape)}")
+        if attn_mask is not None:
+            attn_mask = explicit_mask(attn_mask, arg="attn_mask", family="Dream", forms=("bool", "additive"),
+                                      q_len=l, k_len=k_len, batch=b)
+        if isinstance(attention_mask, str):
+            if attention_mask != "full":
+                raise DareBenchError(f"Dream: attention_mask may be the string 'full' (no mask), got "
+                                     f"{attention_mask!r}")
+            attention_mask = None
         pad = None
         if attention_mask is not None:
+            if not isinstance(attention_mask, torch.Tensor):
+                raise DareBenchError(f"Dream: attention_mask must be a tensor or 'full', got "
+                                     f"{type(attention_mask).__name__}")
             if attention_mask.dim() == 4:
-                pad = attention_mask.bool()  # the official model's own format, bool [B, 1, Lq, Lk]
+                if attn_mask is not None:
+                    raise DareBenchError("Dream: got a 4-D attention_mask and attn_mask; pass the 4-D mask once")
+                attn_mask = explicit_mask(attention_mask, arg="attention_mask", family="Dream",
+                                          forms=("bool", "additive"), q_len=l, k_len=k_len, batch=b)
+            elif attention_mask.dim() != 2 or tuple(attention_mask.shape) not in ((b, k_len), (1, k_len)):
+                raise DareBenchError(f"Dream: attention_mask must be 'full', a 4-D [B or 1, 1, {l}, {k_len}] mask "
+                                     f"or a [B, {k_len}] padding mask, got {tuple(attention_mask.shape)}")
             elif not bool(attention_mask.bool().all()):
-                if attention_mask.shape[-1] != k_len:
-                    raise ValueError(f"attention_mask has length {attention_mask.shape[-1]}, keys have length {k_len}")
                 if kv_cache is None:
                     pad = query_key_padding_mask(attention_mask)
                 else:

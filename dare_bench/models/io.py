@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dare_bench.errors import CheckpointError
 from dare_bench.fileio import atomic_directory
-from dare_bench.models.base import DiffusionLM, detect_family
+from dare_bench.models.families import FAMILIES, detect_family
+from dare_bench.models.presets import PRESETS, preset_config
+
+if TYPE_CHECKING:  # for annotations only: base.py (DiffusionLM.save_pretrained) imports this module
+    from dare_bench.models.base import DiffusionLM
 
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -122,8 +126,6 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
     dtype = resolve_dtype(dtype)
     p = Path(str(path_or_preset)).expanduser()
     if not p.exists():
-        from dare_bench.models.presets import PRESETS, preset_config
-
         if str(path_or_preset) in PRESETS or not any(s in str(path_or_preset) for s in "/\\."):
             config = preset_config(str(path_or_preset))
             with torch.random.fork_rng(devices=[]):
@@ -150,8 +152,6 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
 def save_pretrained(model: DiffusionLM, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None,
                     max_shard_bytes: int = 4 * 1024**3) -> None:
     from safetensors.torch import save_file
-
-    from dare_bench.models.base import FAMILIES
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     shards: list[dict[str, torch.Tensor]] = [{}]

@@ -114,6 +114,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     `dropout_p` (attention-probability dropout, training only) is supported by the sdpa backend."""
     if dropout_p and backend != "sdpa":
         raise DareBenchError(f"attention dropout is only implemented for the sdpa backend, not {backend!r}")
+    if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)  # additive masks in the query dtype (SDPA needs it; 0 / -inf casts losslessly)
     if backend == "flash_attn":
         # flash-attn handles grouped KV heads itself: no repeat
         from dare_bench.models.flash import flash_attention
@@ -176,12 +178,69 @@ def query_key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """AND of broadcastable boolean masks, ignoring None; None if all are None."""
-    out = None
-    for m in masks:
-        if m is None:
-            continue
-        if m.dtype != torch.bool:
-            raise DareBenchError(f"attention masks must be boolean (True = may attend), got {m.dtype}")
-        out = m if out is None else out & m
+    """Combine broadcastable masks, ignoring None; None if all are None.
+
+    All boolean (True = may attend): their AND. If any is an additive float mask (0 = attend, very negative =
+    blocked), the result is additive: the float masks summed, positions a boolean one blocks set to -inf.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    floats = [m for m in present if m.dtype != torch.bool]
+    bools = [m for m in present if m.dtype == torch.bool]
+    if floats and not all(m.is_floating_point() for m in floats):
+        raise DareBenchError(f"attention masks must be boolean (True = may attend) or additive float, got "
+                             f"{sorted({str(m.dtype) for m in floats if not m.is_floating_point()})}")
+    keep = None
+    for m in bools:
+        keep = m if keep is None else keep & m
+    if not floats:
+        return keep
+    out = floats[0]
+    for m in floats[1:]:
+        out = out + m
+    if keep is not None:
+        out = out.masked_fill(~keep, float("-inf"))
     return out
+
+
+MASK_FORMS = ("bool", "int01", "additive")
+
+
+def explicit_mask(mask, *, arg: str, family: str, forms: tuple[str, ...], q_len: int, k_len: int,
+                  batch: int) -> torch.Tensor:
+    """Validate an explicit 4-D attention mask `[B or 1, 1 or H, q_len, k_len]` and return it as a boolean
+    (True = may attend) or additive float (0 = attend, large negative = blocked) mask.
+
+    `forms` lists what this argument of this family accepts, as the official forward reads it:
+    "bool" (True = may attend), "int01" (an integer 0/1 mask read with `.bool()`, nonzero = may attend, as SDAR's
+    official attention does), "additive" (a float mask added to the attention scores, as SDPA does).
+    Anything else raises a `DareBenchError` saying which forms are accepted.
+    """
+    unknown = set(forms) - set(MASK_FORMS)
+    if unknown:
+        raise ValueError(f"unknown mask forms {sorted(unknown)}")
+    names = {"bool": "bool (True = may attend)", "int01": "integer 0/1 (1 = may attend)",
+             "additive": "additive float (0 = attend, large negative = blocked)"}
+    accepted = " or ".join(names[f] for f in forms)
+    if not isinstance(mask, torch.Tensor):
+        raise DareBenchError(f"{family}: {arg} must be a tensor ({accepted} [B, 1, {q_len}, {k_len}]), got "
+                             f"{type(mask).__name__}")
+    want = f"[B or 1, 1, {q_len}, {k_len}] (queries x keys incl. cache)"
+    if mask.dim() != 4 or tuple(mask.shape[-2:]) != (q_len, k_len) or mask.shape[0] not in (1, batch):
+        raise DareBenchError(f"{family}: {arg} must be {want}, got {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        form = "bool"
+    elif mask.is_floating_point():
+        form = "additive"
+    elif not mask.is_complex():
+        form = "int01"
+    else:
+        form = None
+    if form not in forms:
+        hint = ""
+        if form == "additive" and "int01" in forms:
+            hint = (" (the official forward reads this mask with .bool(), so an additive 0 = attend mask would be "
+                    "inverted; pass mask == 0 as a bool mask)")
+        raise DareBenchError(f"{family}: {arg} of dtype {mask.dtype} is not accepted; use {accepted}{hint}")
+    return mask.bool() if form == "int01" else mask

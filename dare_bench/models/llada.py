@@ -24,13 +24,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from dare_bench.errors import CheckpointError, ConfigError
-from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
+from dare_bench.errors import CheckpointError, ConfigError, DareBenchError
+from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import (
     RMSNorm,
     apply_rotary,
     attention,
     combine_masks,
+    explicit_mask,
     key_padding_mask,
     rotary_cos_sin,
 )
@@ -215,6 +217,7 @@ class LLaDAModelLM(DiffusionLM):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         *,
+        attention_bias: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
         update_cache: bool = False,
@@ -222,10 +225,13 @@ class LLaDAModelLM(DiffusionLM):
     ) -> torch.Tensor:
         """Logits `[B, L, V]`, not shifted (row i scores token i).
 
-        attention_mask `[B, Lk]` (0 = pad) hides pad keys from every query, and only if it contains a 0 (the
-        official behaviour; pad queries still attend to real keys). Lk is the full key length (cache + new).
-        position_ids default to 0..L-1; with a cache, to the positions the new tokens take (after the cached ones,
-        or `replace_position`).
+        The official calling convention: `attention_mask` is the `[B, Lk]` 0/1 padding mask (or its `[B, 1, 1, Lk]`
+        view, which upstream flattens the same way); it hides pad keys from every query, and only if it contains a 0
+        (pad queries still attend to real keys). Lk is the full key length (cache + new). A 4-D pattern goes in
+        `attention_bias` `[B or 1, 1, L, Lk]`, as upstream: bool / int8 (0 = blocked) or additive float (added as
+        is). `attn_mask` is the native keyword (bool or additive float); give at most one of it and attention_bias.
+        position_ids (not an upstream argument: upstream positions are always 0..L-1) default to 0..L-1; with a
+        cache, to the positions the new tokens take (after the cached ones, or `replace_position`).
         """
         tr = self.model.transformer
         b, l = input_ids.shape
@@ -233,15 +239,32 @@ class LLaDAModelLM(DiffusionLM):
         if position_ids is None:
             start = replace_position[0] if replace_position is not None else past
             position_ids = torch.arange(start, start + l, device=input_ids.device).expand(b, l)
-        elif position_ids.shape[-1] != l:
-            raise ValueError(f"position_ids cover {position_ids.shape[-1]} positions, input_ids {l}")
+        elif position_ids.dim() != 2 or position_ids.shape[-1] != l or position_ids.shape[0] not in (1, b):
+            raise DareBenchError(f"LLaDA: position_ids must be [B or 1, {l}] like input_ids, got "
+                                 f"{tuple(position_ids.shape)}")
         k_len = l if kv_cache is None else (past if replace_position is not None else past + l)
         pad = None
         if attention_mask is not None:
-            if attention_mask.shape[-1] != k_len:
-                raise ValueError(f"attention_mask has length {attention_mask.shape[-1]}, keys have length {k_len}")
+            if not isinstance(attention_mask, torch.Tensor):
+                raise DareBenchError(f"LLaDA: attention_mask must be a [B, {k_len}] 0/1 tensor, got "
+                                     f"{type(attention_mask).__name__}")
+            if attention_mask.dim() == 4 and attention_mask.shape[1:3] == (1, 1):
+                attention_mask = attention_mask[:, 0, 0]
+            if attention_mask.dim() != 2 or tuple(attention_mask.shape) not in ((b, k_len), (1, k_len)):
+                hint = (" (a 4-D attention pattern goes in attention_bias, as in the official forward)"
+                        if attention_mask.dim() == 4 else "")
+                raise DareBenchError(f"LLaDA: attention_mask must be the [B, {k_len}] padding mask (1 = real token, "
+                                     f"keys incl. cache), got {tuple(attention_mask.shape)}{hint}")
             if not bool(attention_mask.bool().all()):
                 pad = key_padding_mask(attention_mask)
+        if attention_bias is not None:
+            if attn_mask is not None:
+                raise DareBenchError("LLaDA: got attention_bias and attn_mask; pass the 4-D mask once")
+            attn_mask = explicit_mask(attention_bias, arg="attention_bias", family="LLaDA",
+                                      forms=("bool", "int01", "additive"), q_len=l, k_len=k_len, batch=b)
+        elif attn_mask is not None:
+            attn_mask = explicit_mask(attn_mask, arg="attn_mask", family="LLaDA", forms=("bool", "additive"),
+                                      q_len=l, k_len=k_len, batch=b)
         mask = combine_masks(attn_mask, pad)
 
         x = self.emb_drop(tr["wte"](input_ids))

@@ -14,14 +14,20 @@ RMSNorm casts to the input dtype before the weight multiply (official `LLaDA2Moe
 
 Attention pattern. Upstream `attention_mask=None` means fully bidirectional, but the model is only ever used with
 the block-causal mask (generation, block size 32) or the BD3 training mask (dFactory). So here, as for SDAR,
-`attn_mask=None` means the inference block-causal mask over absolute positions (block size from config
-`block_size`, default 32; new queries offset by the KV cache length). The official no-mask behaviour is asked for
-explicitly with an all-True mask (`dare_bench.models.block.full_attention_mask`). Explicit masks may be bool or
-additive float (the 0/-inf form the official generate and dFactory build).
+no mask means the inference block-causal mask over absolute positions (block size from config `block_size`,
+default 32; new queries offset by the KV cache length). The official no-mask behaviour is asked for explicitly with
+an all-True mask (`dare_bench.models.block.full_attention_mask`).
 
-A 2-D `attention_mask` ([B, keys], 1 = real token) hides padding keys on top of that pattern. (Upstream, a 2-D
-mask containing a 0 is turned into a causal + padding mask by `_prepare_4d_causal_attention_mask_for_sdpa`, which no
-diffusion caller wants; that path is deliberately not reproduced.)
+Calling convention: the official one works as is, `model(input_ids, attention_mask=mask4, position_ids=pos)` with
+the 4-D `[B or 1, 1, L, Lk]` mask upstream passes to SDPA unchanged: additive float (0 = attend, -inf / finfo.min =
+blocked; the official generate builds it in bf16, any float dtype is cast to the activations') or bool (True =
+may attend). It replaces the default pattern, so any block size (or the BD3 training mask) can be given that way.
+The native keyword `attn_mask=` takes the same forms; giving both is an error, as is a 3-D, integer or mis-shaped
+mask.
+
+A 2-D `attention_mask` ([B, keys], 1 = real token) hides padding keys on top of the block-causal pattern. (Upstream,
+a 2-D mask containing a 0 is turned into a causal + padding mask by `_prepare_4d_causal_attention_mask_for_sdpa`,
+which no diffusion caller wants; that path is deliberately not reproduced.)
 
 Special ids: upstream they are `generate()` arguments (mask 156895, eos 156892), not config fields; `traits` reads
 config `mask_token_id` / `eos_token_id` / `pad_token_id` when present (presets and `adapt_vocab` set them) and falls
@@ -44,12 +50,15 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from dare_bench.errors import CheckpointError
-from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
+from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.layers import RMSNorm, SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.presets import register_preset
 
 DEFAULT_BLOCK_SIZE = 32
+# 4-D `attention_mask` forms the official forward takes (passed to SDPA unchanged): bool, or additive 0 / -inf float
+OFFICIAL_MASK_FORMS = ("bool", "additive")
 DEFAULT_MASK_TOKEN_ID = 156895
 DEFAULT_EOS_TOKEN_ID = 156892
 
@@ -272,7 +281,8 @@ class LLaDA2MoeModelLM(DiffusionLM):
         `{layer: (gate logits [B, L, E] fp32, top-k expert ids [B, L, k])}` for every MoE layer."""
         position_ids, mask = resolve_attention(
             input_ids, block_size=self.traits.block_size, attention_mask=attention_mask, position_ids=position_ids,
-            attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position)
+            attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position, family="LLaDA2",
+            official_mask_forms=OFFICIAL_MASK_FORMS)
         h = self.model.word_embeddings(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.rot_dim, float(_cfg(self.config, "rope_theta", 10000.0)),
                                   h.dtype)

@@ -1,7 +1,8 @@
 """Tiny replicas of every family for CPU runs (about 1-5 M parameters), registered by the family files.
 
 A preset is a config.json dict in the official format of its family, with small sizes and a small vocabulary
-whose special ids (mask, eos, pad, ...) are taken from the task tokenizer at run time when one is given.
+whose special ids (mask, eos, pad, ...) are taken from the task tokenizer at run time when one is given. The
+package `__init__` imports every family module, so the table is complete once `dare_bench.models` is imported.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import copy
 import difflib
 from typing import Any
+
+from dare_bench.errors import ConfigError
+from dare_bench.models.families import detect_family
 
 PRESETS: dict[str, dict[str, Any]] = {}
 
@@ -18,10 +22,6 @@ def register_preset(name: str, config: dict[str, Any]) -> None:
 
 
 def preset_config(name: str, **overrides: Any) -> dict[str, Any]:
-    from dare_bench.errors import ConfigError
-    from dare_bench.models import _import_families
-
-    _import_families()
     if name not in PRESETS:
         hint = difflib.get_close_matches(name, PRESETS, n=1)
         raise ConfigError(
@@ -34,17 +34,11 @@ def preset_config(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 def list_presets() -> list[str]:
-    from dare_bench.models import _import_families
-
-    _import_families()
     return sorted(PRESETS)
 
 
 def preset_for_tokenizer(name: str, tokenizer, **overrides: Any) -> dict[str, Any]:
     """A preset config whose vocabulary and special ids match `tokenizer` (mask, eos, pad, bos tokens)."""
-    from dare_bench.errors import ConfigError
-    from dare_bench.models.base import detect_family
-
     cfg = preset_config(name, **overrides)
     spec = detect_family(cfg, f"preset {name}")
     if spec.adapt_vocab is None:

@@ -5,9 +5,16 @@ decoder, per-head RMSNorm on q and k (QK-norm) before rotate-half RoPE over the 
 untied lm_head, no logit shift (row i predicts token i). RMSNorm follows flash-attn's `rms_norm_fn` used upstream:
 normalise in fp32, multiply by the weight in fp32, cast once.
 
-Attention pattern when `attn_mask` is None: the inference block-causal mask over absolute positions (block size from
+Attention pattern without a 4-D mask: the inference block-causal mask over absolute positions (block size from
 config `block_size`, default 4), with new queries offset by the KV cache length, so cached committed blocks are fully
 visible (`dare_bench.models.block.resolve_attention`). Training layouts pass their mask explicitly (see block.py).
+
+Calling convention: the official one works as is, `model(input_ids, attention_mask=mask4, position_ids=pos)` with
+the 4-D `[B or 1, 1, L, Lk]` mask upstream requires (it has no default pattern), read as upstream reads it, with
+`.bool()`: a bool mask (True = may attend) or an integer 0/1 one. A float mask is refused: upstream would read an
+additive 0 = attend mask inverted. The native keyword `attn_mask=` takes bool or additive float; giving it and a 4-D
+`attention_mask` is an error. A 2-D `attention_mask` ([B, keys], 1 = real token; not an upstream form) hides padding
+keys on top of the block-causal pattern.
 
 The MoE variant (`model_type "sdar_moe"`, `SDARMoeForCausalLM`) uses the Qwen3-MoE sparse block, the layout its
 weight map names (`mlp.gate.weight`, `mlp.experts.{e}.{gate,up,down}_proj.weight`, no shared expert). Its official
@@ -30,12 +37,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from dare_bench.models.base import DiffusionLM, FamilySpec, KVCache, ModelTraits, register_family
+from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.layers import SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.presets import register_preset
 
 DEFAULT_BLOCK_SIZE = 4
+# 4-D `attention_mask` forms the official (eval) attention takes: it reads the mask with `.bool()`
+OFFICIAL_MASK_FORMS = ("bool", "int01")
 DEFAULT_MASK_TOKEN_ID = 151669  # <MASK> of the Qwen3 tokenizer extended by SDAR
 
 
@@ -234,7 +244,8 @@ class SDARForCausalLM(DiffusionLM):
         `{layer: (router_logits [B, L, E], topk_idx [B, L, k])}`."""
         position_ids, mask = resolve_attention(
             input_ids, block_size=self.traits.block_size, attention_mask=attention_mask, position_ids=position_ids,
-            attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position)
+            attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position, family="SDAR",
+            official_mask_forms=OFFICIAL_MASK_FORMS)
         h = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.head_dim, float(self.config.get("rope_theta", 10000.0)), h.dtype)
         routers = {}

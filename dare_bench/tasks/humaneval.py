@@ -4,7 +4,7 @@ Standard data: DARE's ``rl/test/humaneval_1.parquet`` (164; user turn "Complete 
 prompt; ground truth = the test code defining ``check(candidate)``). Also reads ``openai_humaneval`` rows (``prompt``,
 ``test``, ``entry_point``, ``canonical_solution``). Graders: ``dare`` (DARE's harness, quirks and all — see
 ``graders/dare.py``), ``strict`` (entry point must be defined and ``check(entry_point)`` must run). d1 has no
-HumanEval grader. Code runs through ``dare_bench.evaluators.sandbox``.
+HumanEval grader. Code runs through ``dare_bench.sandbox``.
 """
 
 from __future__ import annotations

@@ -74,9 +74,13 @@ def test_llada2_fixture_cases(fixture_dir):
                 continue  # generation parity lives with the samplers
             if name == "infer":
                 ids, pos = t["infer_input_ids"], t["infer_position_ids"]
-                out, routers = model(ids, position_ids=pos, attn_mask=t["infer_attention_mask"],
+                # the official call of cases.json: the 4-D additive mask as attention_mask (block size != default)
+                assert t["infer_attention_mask"].dtype == torch.float32
+                out, routers = model(input_ids=ids, attention_mask=t["infer_attention_mask"], position_ids=pos,
                                      output_router_info=True)
                 _close(out, t["infer_logits"])
+                # the native keyword with the same mask gives the same logits
+                assert torch.equal(model(ids, position_ids=pos, attn_mask=t["infer_attention_mask"]), out)
                 expected_layers = sorted(int(k.rsplit("layer", 1)[1]) for k in t if k.startswith("infer_router_topk"))
                 assert sorted(routers) == expected_layers and expected_layers
                 for i in expected_layers:
@@ -85,6 +89,7 @@ def test_llada2_fixture_cases(fixture_dir):
                 # bool form of the same mask, and the default pattern with the fixture's block size
                 mask = _as_bool(t["infer_attention_mask"])
                 _close(model(ids, position_ids=pos, attn_mask=mask), t["infer_logits"])
+                _close(model(input_ids=ids, attention_mask=mask, position_ids=pos), t["infer_logits"])
                 model.config["block_size"] = _block_size_of(mask)
                 _close(model(ids), t["infer_logits"])
             elif name == "full_attn":
@@ -101,9 +106,11 @@ def test_llada2_fixture_cases(fixture_dir):
                 assert torch.equal(ids, t["train_input_ids"]) and torch.equal(pos, t["train_position_ids"])
                 assert torch.equal(our_mask.expand_as(mask), mask)
                 assert torch.equal(labels, torch.where(noisy == model.traits.mask_token_id, clean, -100))
-                out = model(t["train_input_ids"], position_ids=t["train_position_ids"],
-                            attn_mask=t["train_attention_mask"])
+                out = model(input_ids=t["train_input_ids"], attention_mask=t["train_attention_mask"],
+                            position_ids=t["train_position_ids"])  # the official call of cases.json
                 _close(out, t["train_logits"])
+                assert torch.equal(model(t["train_input_ids"], position_ids=t["train_position_ids"],
+                                         attn_mask=t["train_attention_mask"]), out)
                 model.config["block_size"] = b
                 noisy_logits = training_forward(model, noisy, clean)
                 _close(noisy_logits, t["train_logits"][:, :L])

@@ -71,6 +71,24 @@ def test_forward_logits_match_official(fixture_dir, case):
         # the same ids with no mask at all (older LLaDA HF file that ignored attention_mask)
         if "logits_mask_ignored" in t:
             got["logits_mask_ignored"] = model(t["input_ids"])
+        if "attention_mask" in t and model.family == "dream":
+            # the exact official call of the case: the 4-D bool mask the sampler builds, as attention_mask
+            m = t["attention_mask"].bool()
+            mask4 = m[:, None, None, :] & m[:, None, :, None]
+            official = model(t["input_ids"], mask4, t.get("position_ids"))
+            assert torch.equal(official, got["logits"])
+            # its additive float form (0 = attend, -inf = blocked; all-blocked pad rows give 0 too) is the same
+            additive = torch.zeros(mask4.shape).masked_fill(~mask4, float("-inf"))
+            torch.testing.assert_close(model(t["input_ids"], additive, t.get("position_ids")), official, atol=1e-6,
+                                       rtol=1e-6)
+        elif "attention_mask" in t:
+            # LLaDA: the official call is the 2-D mask; its [B, 1, 1, L] view (which upstream flattens) is the same,
+            # and the pattern it stands for, given as the official attention_bias, too
+            m = t["attention_mask"]
+            assert torch.equal(model(t["input_ids"], m[:, None, None, :]), got["logits"])
+            bias = m.bool()[:, None, None, :].expand(-1, 1, m.shape[1], -1)
+            torch.testing.assert_close(model(t["input_ids"], attention_bias=bias), got["logits"], atol=1e-6,
+                                       rtol=1e-6)
     unknown = set(t) - set(inputs) - set(got)
     assert not unknown, f"{case}: fixture tensors {sorted(unknown)} are not understood by this test"
     for name, out in got.items():

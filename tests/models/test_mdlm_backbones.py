@@ -6,6 +6,7 @@ import importlib.util
 import pytest
 import torch
 
+from dare_bench.errors import DareBenchError
 from dare_bench.models import from_config, load_pretrained
 from dare_bench.models.layers import attention, packed_position_ids, segment_mask
 from dare_bench.models.presets import preset_config
@@ -111,7 +112,7 @@ def test_prefix_kv_cache_equals_uncached_forward(family, padded):
         explicit = model(ids[:, n:], pad_mask, torch.arange(n, 12).expand(2, -1), kv_cache=cache)
         assert len(cache) == n  # update_cache=False leaves the cache alone
         default = model(ids[:, n:], pad_mask, kv_cache=cache)
-        with pytest.raises(ValueError, match="attention_mask has length"):
+        with pytest.raises(DareBenchError, match=r"attention_mask must be .*\[B, 12\]"):
             model(ids[:, n:], pad_mask[:, n:] * 0, kv_cache=cache)
     assert (first - full[:, :n]).abs().max() <= 1e-5
     assert (explicit - full[:, n:]).abs().max() <= 1e-5

@@ -60,8 +60,12 @@ def test_sdar_fixture_cases(fixture_dir):
                 continue  # generation parity lives with the samplers
             if name == "infer":
                 ids, pos = t["infer_input_ids"], t["infer_position_ids"]
-                out = model(ids, position_ids=pos, attn_mask=t["infer_attention_mask"].bool())
+                # the official call of cases.json (4-D bool mask as attention_mask), and the native keyword
+                out = model(input_ids=ids, attention_mask=t["infer_attention_mask"], position_ids=pos)
                 _close(out, t["infer_logits"])
+                assert torch.equal(model(ids, position_ids=pos, attn_mask=t["infer_attention_mask"].bool()), out)
+                # upstream reads the mask with .bool(): an integer 0/1 mask is the same
+                assert torch.equal(model(ids, t["infer_attention_mask"].long(), pos), out)
                 # the default pattern (attn_mask=None) is the same block-causal mask
                 _close(model(ids), t["infer_logits"])
             elif name == "kvcache":
@@ -69,11 +73,12 @@ def test_sdar_fixture_cases(fixture_dir):
                 P = int(t["kvcache_prefill_len"])
                 assert P == case.get("P", P)
                 cache = model.new_kv_cache()
-                model(ids[:, :P], position_ids=pos[:, :P], attn_mask=t["infer_attention_mask"][:, :, :P, :P].bool(),
-                      kv_cache=cache, update_cache=True)
+                # the official calls of cases.json: 4-D masks as attention_mask (store_kv = update_cache)
+                model(ids[:, :P], t["infer_attention_mask"][:, :, :P, :P], pos[:, :P], kv_cache=cache,
+                      update_cache=True)
                 assert len(cache) == P
-                out = model(ids[:, P:], position_ids=pos[:, P:],
-                            attn_mask=t["kvcache_block_attention_mask"].bool(), kv_cache=cache)
+                out = model(ids[:, P:], attention_mask=t["kvcache_block_attention_mask"], position_ids=pos[:, P:],
+                            kv_cache=cache)
                 assert len(cache) == P  # store_kv=False: attends, does not store
                 _close(out, t["kvcache_block_logits"])
                 # defaults: positions continue after the cache, cached blocks fully visible
@@ -89,9 +94,11 @@ def test_sdar_fixture_cases(fixture_dir):
                 keep = torch.zeros_like(t["train_logits_to_keep"], dtype=torch.bool)
                 keep.scatter_(1, noisy_index, noisy_mask)
                 assert torch.equal(keep, t["train_logits_to_keep"].bool())
-                out = model(t["train_concat_input_ids"], position_ids=t["train_concat_position_ids"],
-                            attn_mask=t["train_attention_mask"][:, None].bool())
+                out = model(input_ids=t["train_concat_input_ids"], attention_mask=t["train_attention_mask"][:, None],
+                            position_ids=t["train_concat_position_ids"])  # the official call of cases.json
                 _close(out, t["train_logits"])
+                assert torch.equal(model(t["train_concat_input_ids"], position_ids=t["train_concat_position_ids"],
+                                         attn_mask=t["train_attention_mask"][:, None].bool()), out)
                 noisy_logits = packed_training_forward(model, noisy, clean, pos)
                 _close(noisy_logits, t["train_logits"].gather(
                     1, noisy_index[..., None].expand(-1, -1, noisy_logits.shape[-1])))

@@ -24,7 +24,7 @@ Routing and quirks (tests named ``test_quirk_*`` / ``quirk_*`` rows in ``tests/t
 - mbpp: code from OpenCompass-style ``[BEGIN] ... [DONE]`` / fence patterns (at least 10 characters), run with the
   asserts appended; 1 s per assert.
 
-Deliberate deviations: code runs in ``dare_bench.evaluators.sandbox`` (own uid, no network, read-only filesystem
+Deliberate deviations: code runs in ``dare_bench.sandbox`` (own uid, no network, read-only filesystem
 outside its directory, 2 GiB memory limit) without the audit hook where those OS layers exist — DARE's harness has no
 hook, and the hook refuses the ``subprocess`` import that pandas (in the preamble) performs; where they do not, the hook
 stays on and the preamble's pandas import is dropped (recorded in ``details``). DARE's budget (1 s per assert) is
@@ -38,6 +38,7 @@ import ast
 import json
 import re
 
+from dare_bench.sandbox import isolation, run_code
 from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.graders import sympy_grader
 from dare_bench.tasks.graders.safe_eval import python_arith_eval
@@ -280,8 +281,6 @@ def _elapsed(stderr: str) -> float | None:
 def _run(program: str, timeout: float):
     """Run like DARE's harness (no audit hook) where the OS isolation layers hold; otherwise keep the hook, which
     refuses the ``subprocess`` import pandas performs, so the preamble's pandas import is dropped."""
-    from dare_bench.evaluators.sandbox import isolation, run_code
-
     iso = isolation()
     os_isolated = iso.own_uid and iso.network_namespace and iso.mount_namespace
     deviation = None

@@ -27,6 +27,7 @@ import ast
 import re
 from fractions import Fraction
 
+from dare_bench.sandbox import run_code
 from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.generators import sudoku_is_solution
 
@@ -228,7 +229,6 @@ def humaneval_entry_point(item: Item) -> str:
 
 
 def grade_humaneval(text: str, item: Item) -> GradeResult:
-    from dare_bench.evaluators.sandbox import run_code
     from dare_bench.tasks.graders.dare import extract_code
 
     entry = humaneval_entry_point(item)
@@ -265,7 +265,6 @@ def mbpp_entry_point(tests: list[str]) -> str:
 def grade_mbpp(text: str, item: Item) -> GradeResult:
     import json
 
-    from dare_bench.evaluators.sandbox import run_code
     from dare_bench.tasks.graders.dare import extract_code, extract_code_mbpp
 
     tests = json.loads(item.ground_truth)

@@ -1,5 +1,8 @@
 """Run untrusted, model-written Python (HumanEval / MBPP completions) and report whether it passed.
 
+A ground-floor service (standard library only): the code graders in `dare_bench.tasks.graders` and the evaluators
+above them both use it.
+
 What it does: each program runs in a fresh `python -I` child in its own session, with a wall-clock timeout,
 rlimits (address space, CPU seconds, processes, file size, open files, no core dumps), a private temporary
 working directory that is also its HOME and TMPDIR, an environment holding only PATH/LANG/HOME/TMPDIR, and its
@@ -24,11 +27,11 @@ A program passes only when it runs to its end and exits 0 within the limits: an 
 `os._exit(0)` (a cheap reward hack) does not count, because the trusted bootstrap prints a per-run nonce only after
 the program returned normally.
 
-    from dare_bench.evaluators.sandbox import run_code, run_many, isolation
+    from dare_bench.sandbox import run_code, run_many, isolation
     run_code("assert 1 + 1 == 2").passed                  # True
     run_code("while True: pass", timeout=1).status          # "timeout"
     run_many([p1, p2, p3], timeout=5, workers=2)           # results in input order
-    python -m dare_bench.evaluators.sandbox                # print the isolation layers this machine grants
+    python -m dare_bench.sandbox                           # print the isolation layers this machine grants
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from dare_bench.evaluators import sandbox
-from dare_bench.evaluators.sandbox import isolation, run_code, run_many
+from dare_bench import sandbox
+from dare_bench.sandbox import isolation, run_code, run_many
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox targets Linux")
 
