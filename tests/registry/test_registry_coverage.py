@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dare_bench.config import ALGORITHM_KIND
+from dare_bench import catalogue
 from dare_bench.registry import load_registry
 
 DOC = Path(__file__).resolve().parents[3] / "shared" / "docs" / "algorithms.md"
@@ -118,7 +118,7 @@ def test_every_file_is_documented_and_resolves(reg):
         hashes = {spec.resolve(s).content_hash for s in spec.scales}
         assert len(hashes) == len(spec.scales)
         for scale, prof in spec.scales.items():
-            assert prof.train.kind == ALGORITHM_KIND[spec.algorithm]
+            assert prof.train.kind == catalogue.algorithm(spec.algorithm).kind
             if scale in ("tiny", "micro"):
                 assert prof.model.preset == f"tiny-{spec.backbone}"
                 if prof.train.kind in ("rl", "preference"):

@@ -34,19 +34,16 @@ backward per copy). Knobs (`train.algorithm`): mc_samples, n_l, clip_eps, clip_e
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.trainers.algorithms.bgpo_config import BGPOConfig
 from dare_bench.trainers.algorithms.common import (
     PolicyLossOutput,
     agg_loss,
@@ -152,14 +149,6 @@ def bgpo_policy_loss(old_l: torch.Tensor, l: torch.Tensor, advantages: torch.Ten
 
 
 # --- the plug-in -------------------------------------------------------------------------------------------------
-
-class BGPOConfig(AlgorithmConfig):
-    mc_samples: int = Field(16, ge=1)  # DARE recipes: mc_num = n_l = 16
-    n_l: int | None = Field(None, ge=1)  # copies stratified together; None = mc_samples
-    clip_ratio_c: float | None = 3.0  # verl dual clip, on in DARE
-    # e_k = ELBO total / this: R (DARE LLaDA / Dream actors), the valid count n (DARE LLaDA2 actor), n·R (DARE
-    # SDAR actor, whose model loss is already divided by the answer length)
-    elbo_norm: Literal["padded", "valid", "valid_x_padded"] = "padded"
 
 
 @register_algorithm

@@ -34,19 +34,18 @@ the official `--decoding`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.trainers.algorithms.cj_grpo_config import CJGRPOConfig
 from dare_bench.trainers.algorithms.common import (
     check_agg_mode,
     check_kl_kind,
@@ -126,15 +125,6 @@ def collapse_step_logprobs(step_log_probs: torch.Tensor, trajectory: torch.Tenso
 
 
 # --- the plug-in --------------------------------------------------------------------------------------------------
-
-class CJGRPOConfig(AlgorithmConfig):
-    clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
-    loss_mode: Literal["per_step", "collapsed"] = "per_step"
-    # knob names as `config.CjGrpoKnobs`: decoding standard | eoser | eoser-ass (the official `--decoding`)
-    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
-    eos_gamma_min: float | None = Field(None, gt=0, le=1)  # None: the sampler's (0.4 EOSER, 0.01 with ASS)
-    eos_gamma_max: float = Field(1.0, gt=0, le=1)
-    ass_blocks: int | None = Field(None, ge=1)
 
 
 @register_algorithm

@@ -29,19 +29,16 @@ Knobs (`train.algorithm` in a reproduction YAML): p_mask_prompt, random_masking,
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.trainers.algorithms.d1_config import D1Config
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,
@@ -54,14 +51,6 @@ from dare_bench.trainers.algorithms.common import (
     policy_loss,
     token_logprobs,
 )
-
-
-
-class D1Config(AlgorithmConfig):
-    clip_eps: float = Field(0.5, gt=0, lt=1)  # d1 train.yaml epsilon
-    p_mask_prompt: float = Field(0.15, ge=0, lt=1)
-    random_masking: bool = True
-    kl_variant: Literal["standard", "dare"] = "standard"
 
 
 @register_algorithm
