@@ -15,6 +15,9 @@ from dare_bench.trainers.algorithms.settings import AlgorithmConfig
 
 
 class EBPOConfig(AlgorithmConfig):
+    # one composite ELBO ratio per sequence: the loss is a mean over sequences, not an aggregate of token losses
+    unused_shared_settings = frozenset({"loss_agg"})
+
     mc_samples: int = Field(16, ge=1)  # N MC rows (DARE: mc_num = n_l = 16)
     n_l: int | None = Field(None, ge=1)  # rows stratified together; None = mc_samples
     block_length: int | None = Field(None, ge=1)  # None = the backbone's block size

@@ -15,6 +15,10 @@ from dare_bench.trainers.algorithms.settings import AlgorithmConfig
 
 
 class SPGConfig(AlgorithmConfig):
+    # no likelihood ratio (nothing to clip), no KL term, and the loss is a mean over sequences of the
+    # per-sequence bound, not an aggregate of token losses
+    unused_shared_settings = frozenset({"clip_eps", "clip_eps_high", "clip_ratio_c", "kl_estimator", "loss_agg"})
+
     mc_samples: int = Field(2, ge=1)  # draws per sequence per iteration when `num_t` is unset
     num_t: int | None = Field(None, ge=1)  # SPG's name for the draws per sequence per iteration (wins over mc_samples)
     # `block_length` is accepted too (the name of SPG's `forward_process` argument)
