@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from dare_bench import catalogue
 from dare_bench.models.base import (  # noqa: F401
     FAMILIES,
     DiffusionLM,
@@ -21,7 +22,8 @@ from dare_bench.models.base import (  # noqa: F401
     shift_logits,
 )
 
-FAMILY_MODULES = ("llada", "dream", "sdar", "llada2")
+# One module per backbone of the catalogue, named after it (dare_bench/models/<backbone>.py registers the family).
+FAMILY_MODULES = catalogue.backbone_names()
 
 
 def _import_families() -> None:
