@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dare_bench import catalogue
 from dare_bench.errors import ConfigError
+from dare_bench.trainers.algorithms.settings import KlEstimator, LossAgg
 
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
@@ -167,13 +168,13 @@ class TrainSettings(Strict):
     # The fields an RL plug-in receives (trainers.algorithms.settings.SHARED_TRAIN_FIELDS) default to None: unset,
     # the plug-in's own default applies (BGPO's 16 MC samples, EBPO's k2 KL ...).
     beta_kl: float | None = Field(None, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] | None = None
+    kl_estimator: KlEstimator | None = None
     clip_eps: float | None = Field(None, gt=0, description="PPO clip (epsilon_low)")
     clip_eps_high: float | None = Field(None, gt=0, description="None = clip_eps")
     clip_ratio_c: float | None = Field(None, gt=1, description="dual-clip cap for A<0 (verl)")
     advantage: Literal["mean", "mean_std", "leave_one_out", "algorithm"] | None = Field(
         None, description="algorithm (or unset): the plug-in's own advantage")
-    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] | None = None
+    loss_agg: LossAgg | None = None
     mc_samples: int | None = Field(None, gt=0, description="Monte-Carlo masks per sequence for the likelihood (mc_num)")
     ref_sync_steps: int | None = Field(None, gt=0)
     max_prompt_length: int | None = Field(None, gt=0)

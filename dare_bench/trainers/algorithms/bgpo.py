@@ -48,8 +48,6 @@ from dare_bench.trainers.algorithms.bgpo_config import BGPOConfig
 from dare_bench.trainers.algorithms.common import (
     PolicyLossOutput,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     masked_mean,
@@ -160,8 +158,6 @@ class BGPO(Algorithm):
 
     def validate(self) -> None:
         c = self.config
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         n_l = c.n_l or c.mc_samples
         if c.mc_samples % n_l:
             raise ConfigError(f"bgpo: mc_samples ({c.mc_samples}) must be a multiple of n_l ({n_l})")

@@ -47,8 +47,6 @@ from dare_bench.trainers.algorithms.base import (
 )
 from dare_bench.trainers.algorithms.cj_grpo_config import CJGRPOConfig
 from dare_bench.trainers.algorithms.common import (
-    check_agg_mode,
-    check_kl_kind,
     group_advantages,
     kl_estimate,
     masked_mean,
@@ -140,8 +138,6 @@ class CJGRPO(Algorithm):
         if c.mc_samples != 1:
             raise ConfigError(f"cj_grpo scores each token once, along the recorded trajectory (mc_samples=1); "
                               f"got {c.mc_samples}")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):
             raise ConfigError(f"cj_grpo: unknown advantage {c.advantage!r}")
         llada_sampler = self.traits.attention == "bidirectional" and self.traits.logit_shift == 0

@@ -15,6 +15,9 @@ from dare_bench.trainers.algorithms.settings import AlgorithmConfig
 
 
 class CJGRPOConfig(AlgorithmConfig):
+    # the aggregation is `loss_mode`'s (per-step means, or DARE's token-mean over the collapsed tokens)
+    unused_shared_settings = frozenset({"loss_agg"})
+
     clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
     loss_mode: Literal["per_step", "collapsed"] = "per_step"
     decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"

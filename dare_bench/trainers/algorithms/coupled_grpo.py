@@ -37,8 +37,6 @@ from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     kl_estimate,
@@ -62,8 +60,6 @@ class CoupledGRPO(Algorithm):
         if c.pairs != 1:
             raise ConfigError(f"coupled_grpo: pairs={c.pairs} is not implemented; the official code and DARE use "
                               "one complementary pair per sample (λ = 1), which is what this plug-in computes")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "leave_one_out", "mean", "mean_std"):
             raise ConfigError(f"coupled_grpo: unknown advantage {c.advantage!r}")
 

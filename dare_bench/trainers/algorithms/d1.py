@@ -42,8 +42,6 @@ from dare_bench.trainers.algorithms.d1_config import D1Config
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     kl_estimate,
@@ -64,8 +62,6 @@ class D1(Algorithm):
         if c.mc_samples != 1:
             raise ConfigError(f"d1 uses exactly one mask per sequence per iteration (mc_samples=1); got "
                               f"mc_samples={c.mc_samples}. Use an ELBO-based algorithm (bgpo, spg, ...) for more.")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "mean", "mean_std"):
             raise ConfigError(f"d1 advantage must be 'mean' (d1) or 'mean_std' (DARE), got {c.advantage!r}")
 

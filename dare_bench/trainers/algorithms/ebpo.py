@@ -118,8 +118,6 @@ class EBPO(Algorithm):
         if c.block_length is not None and c.block_length != self.traits.block_size:
             raise ConfigError(f"ebpo: block_length {c.block_length} must match the backbone's block size "
                               f"{self.traits.block_size} (blocks of the composite are the attention blocks)")
-        if c.kl_estimator not in EBPO_KL:
-            raise ConfigError(f"ebpo: unknown kl_estimator {c.kl_estimator!r}; expected one of {list(EBPO_KL)}")
         if not 0 < c.clip_eps < 1 or (c.clip_eps_high is not None and c.clip_eps_high <= 0):
             raise ConfigError(f"ebpo: need 0 < clip_eps < 1 and clip_eps_high > 0, got {c.clip_eps}, {c.clip_eps_high}")
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):

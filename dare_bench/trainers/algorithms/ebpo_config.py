@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from dare_bench.catalogue import AlgorithmSpec
-from dare_bench.trainers.algorithms.settings import AlgorithmConfig
+from dare_bench.trainers.algorithms.settings import AlgorithmConfig, KlEstimator
 
 
 class EBPOConfig(AlgorithmConfig):
@@ -22,7 +22,7 @@ class EBPOConfig(AlgorithmConfig):
     n_l: int | None = Field(None, ge=1)  # rows stratified together; None = mc_samples
     block_length: int | None = Field(None, ge=1)  # None = the backbone's block size
     block_origin: Literal["global", "response"] = "global"  # where block 0 starts: the sequence or the response
-    kl_estimator: str = "k2"
+    kl_estimator: KlEstimator = "k2"
 
 
 ALGORITHM = AlgorithmSpec(name="ebpo", kind="rl", knobs=EBPOConfig)

@@ -10,7 +10,7 @@ YAML leaves unset (None) is not passed, so the plug-in's own default applies (BG
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -26,6 +26,12 @@ SHARED_TRAIN_FIELDS = {
     "clip_ratio_c": "clip_ratio_c",
     "advantage": "advantage",
 }
+# verl's loss aggregation modes and KL estimators (`common.agg_loss`, `common.kl_estimate`), with their aliases; typed
+# as literals so that the registry refuses at load time exactly what a plug-in refuses when it is built.
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+LossAgg = Literal[AGG_MODES]
+KlEstimator = Literal[KL_KINDS]
 # `train.advantage: algorithm` says "the plug-in's own advantage", i.e. the same as leaving it unset.
 PLUGIN_ADVANTAGE = "algorithm"
 
@@ -43,10 +49,10 @@ class AlgorithmConfig(BaseModel):
     clip_eps_high: float | None = None
     kl_beta: float = 0.0  # β of the KL-to-reference penalty; 0 disables the reference forward
     mc_samples: int = 1  # Monte-Carlo samples of the likelihood estimator
-    loss_agg: str = "token-mean"
+    loss_agg: LossAgg = "token-mean"
     advantage: str | None = None  # "mean" | "mean_std" | "leave_one_out"; None = the algorithm's default
     clip_ratio_c: float | None = None  # verl dual-clip cap of the ratio for A < 0; None = plain PPO clip
-    kl_estimator: str = "k3"  # k1 | k2 | k3 (low_var_kl) | abs
+    kl_estimator: KlEstimator = "k3"
 
     @model_validator(mode="after")
     def _shared_ranges(self) -> "AlgorithmConfig":
@@ -74,4 +80,5 @@ def algorithm_settings(train: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["AlgorithmConfig", "PLUGIN_ADVANTAGE", "SHARED_TRAIN_FIELDS", "algorithm_settings"]
+__all__ = ["AGG_MODES", "AlgorithmConfig", "KL_KINDS", "KlEstimator", "LossAgg", "PLUGIN_ADVANTAGE",
+           "SHARED_TRAIN_FIELDS", "algorithm_settings"]
