@@ -20,8 +20,8 @@ An algorithm is two files under `trainers/algorithms/`: `<name>_config.py` (torc
 Refinements made with the shared loop (all backwards compatible):
 - `AlgorithmConfig` also carries the GRPO settings every RL recipe has in `TrainSettings`: `advantage` (None = the
   algorithm's own default), `clip_ratio_c` (verl dual clip; None = off) and `kl_estimator`. The loop fills the
-  config from `TrainSettings` (`trainers.loop.algorithm_settings`); a plug-in that cannot honour a value refuses it
-  in `validate()`.
+  config from `TrainSettings` (`trainers.algorithms.settings.algorithm_settings`, only the fields that are set); a
+  plug-in that cannot honour a value refuses it in `validate()`.
 - `Algorithm.forward_batch_size`: rows per no-grad forward in `prepare` (None = all rows at once); set by the loop
   from its micro-batch size so that `prepare` never holds the logits of the whole rollout batch.
 - `get_algorithm` accepts the reproduction spelling with hyphens (`coupled-grpo` -> `coupled_grpo`): names come

@@ -19,8 +19,9 @@ class CJGRPOConfig(AlgorithmConfig):
     unused_shared_settings = frozenset({"loss_agg"})
 
     clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
+    # per_step: the official EOSER-ASS-RL loss; collapsed: DARE's collapse_cj_step_log_probs
     loss_mode: Literal["per_step", "collapsed"] = "per_step"
-    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
+    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"  # the official `--decoding`
     eos_gamma_min: float | None = Field(None, gt=0, le=1)  # None: the sampler's (0.4 EOSER, 0.01 with ASS)
     eos_gamma_max: float = Field(1.0, gt=0, le=1)
     ass_blocks: int | None = Field(None, ge=1)
