@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dare_bench import catalogue
 from dare_bench.errors import ConfigError
-from dare_bench.trainers.algorithms.settings import KlEstimator, LossAgg
+from dare_bench.catalogue.settings import KlEstimator, LossAgg
 
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
@@ -165,7 +165,7 @@ class TrainSettings(Strict):
     batch_prompts: int | None = Field(None, gt=0)
     group_size: int | None = Field(None, gt=0, description="G completions per prompt")
     mu: int = Field(1, gt=0, description="gradient steps per rollout batch (num_iterations / ppo epochs)")
-    # The fields an RL plug-in receives (trainers.algorithms.settings.SHARED_TRAIN_FIELDS) default to None: unset,
+    # The fields an RL plug-in receives (catalogue.settings.SHARED_TRAIN_FIELDS) default to None: unset,
     # the plug-in's own default applies (BGPO's 16 MC samples, EBPO's k2 KL ...).
     beta_kl: float | None = Field(None, ge=0)
     kl_estimator: KlEstimator | None = None

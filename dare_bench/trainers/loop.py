@@ -49,7 +49,7 @@ import torch
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
-from dare_bench.trainers.algorithms.settings import algorithm_settings
+from dare_bench.catalogue.settings import algorithm_settings
 from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.checkpoint import (
     capture_rng,

@@ -10,7 +10,7 @@ from dare_bench import catalogue
 from dare_bench.errors import ConfigError
 from dare_bench.registry import get, load_registry
 
-DEFAULTS = Path(__file__).resolve().parents[2] / "reproductions" / "_defaults"
+DEFAULTS = Path(__file__).resolve().parents[2] / "dare_bench" / "reproductions" / "_defaults"
 
 
 def test_catalogue_and_registry_load_without_torch():

@@ -12,8 +12,8 @@ import torch
 
 from dare_bench import catalogue
 from dare_bench.trainers.algorithms import get_algorithm
-from dare_bench.trainers.algorithms.settings import SHARED_TRAIN_FIELDS, AlgorithmConfig
-from dare_bench.trainers.loop import train_rl
+from dare_bench.catalogue.settings import SHARED_TRAIN_FIELDS, AlgorithmConfig
+from dare_bench.trainers.loop import RLRunOptions, train_rl
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 
 PLUGINS = [spec.name for spec in catalogue.algorithms().values() if spec.plugin is not None]
@@ -67,7 +67,7 @@ def test_the_plugin_reads_every_setting_the_loader_accepts(name, monkeypatch):
         knobs = {"spg": {"mask_block_length": 2}}.get(name, {})  # 4-token completions: 2 mask blocks
         train_rl(model, CharTokenizer(), ReverseTask(), name,
                  rl_settings(steps=2, mu=2, beta_kl=beta_kl, mc_samples=2 if many_samples else None, algorithm=knobs),
-                 progress=False, micro_batch_size=8)
+                 options=RLRunOptions(progress=False, micro_batch_size=8))
     unread = set(config_cls.model_fields) - seen
     assert unread == set(config_cls.unused_shared_settings), (
         f"{spec.name}: the loader accepts {sorted(unread - config_cls.unused_shared_settings)} but the plug-in never "

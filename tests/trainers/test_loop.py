@@ -54,7 +54,7 @@ def test_settings_mapping():
     assert a == {"kl_beta": 0.04, "clip_eps": 0.5, "clip_ratio_c": 3.0, "advantage": "mean_std", "p_mask_prompt": 0.1}
     assert "advantage" not in algorithm_settings(TrainSettings(**rl_settings(advantage="algorithm")))
     # shared fields the YAML leaves unset are not passed: the plug-in's own default applies (BGPO: 16 MC samples)
-    from dare_bench.trainers.algorithms.bgpo_config import BGPOConfig
+    from dare_bench.catalogue.knobs.bgpo import BGPOConfig
 
     assert BGPOConfig(**algorithm_settings(TrainSettings(**rl_settings()))).mc_samples == 16
     assert BGPOConfig(**algorithm_settings(TrainSettings(**rl_settings(mc_samples=4)))).mc_samples == 4

@@ -1,8 +1,8 @@
 """The RL algorithm plug-in contract and registry.
 
-An algorithm is two files under `trainers/algorithms/`: `<name>_config.py` (torch-free: its `Config`, a subclass of
-`AlgorithmConfig`, and the `ALGORITHM` entry the catalogue discovers, see `dare_bench/catalogue.py`) and `<name>.py`
-(a subclass of `Algorithm` decorated with `@register_algorithm`, `name = "<name>"`, `Config` = that class). The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it calls:
+An algorithm is two files: `dare_bench/catalogue/knobs/<name>.py` (torch-free: its `Config`, a subclass of
+`AlgorithmConfig`, and the `ALGORITHM` entry the catalogue discovers, see `dare_bench/catalogue/__init__.py`) and
+`dare_bench/trainers/algorithms/<name>.py` (a subclass of `Algorithm` decorated with `@register_algorithm`, `name = "<name>"`, `Config` = that class). The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it calls:
 
     algo = get_algorithm("d1")(config_dict, model.traits)       # validates hyper-parameters (ConfigError)
     batch = RolloutBatch(...)                                    # G completions per prompt + rewards
@@ -20,7 +20,7 @@ An algorithm is two files under `trainers/algorithms/`: `<name>_config.py` (torc
 Refinements made with the shared loop (all backwards compatible):
 - `AlgorithmConfig` also carries the GRPO settings every RL recipe has in `TrainSettings`: `advantage` (None = the
   algorithm's own default), `clip_ratio_c` (verl dual clip; None = off) and `kl_estimator`. The loop fills the
-  config from `TrainSettings` (`trainers.algorithms.settings.algorithm_settings`, only the fields that are set); a
+  config from `TrainSettings` (`catalogue.settings.algorithm_settings`, only the fields that are set); a
   plug-in that cannot honour a value refuses it in `validate()`.
 - `Algorithm.forward_batch_size`: rows per no-grad forward in `prepare` (None = all rows at once); set by the loop
   from its micro-batch size so that `prepare` never holds the logits of the whole rollout batch.
@@ -42,7 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
-from dare_bench.trainers.algorithms.settings import AlgorithmConfig
+from dare_bench.catalogue.settings import AlgorithmConfig
 
 
 @dataclass

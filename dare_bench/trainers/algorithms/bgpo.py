@@ -29,7 +29,7 @@ padding: never masked, never attended to, never scored. R stays the padded compl
 
 KL (off in every DARE recipe): DARE applies its advantage-dependent `kl_penalty` to a one-sample ELBO against the
 reference's MC mean; here it is applied per copy to e_k − e_k^ref on the SAME masks (antithetic, and still one
-backward per copy). Knobs (`train.algorithm`, see `bgpo_config.py`): n_l, elbo_norm; shared settings (`train.*`):
+backward per copy). Knobs (`train.algorithm`, see `dare_bench/catalogue/knobs/bgpo.py`): n_l, elbo_norm; shared settings (`train.*`):
 mc_samples (default 16), clip_eps, clip_eps_high, clip_ratio_c (default 3.0), beta_kl.
 """
 
@@ -44,7 +44,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.bgpo_config import BGPOConfig
+from dare_bench.catalogue.knobs.bgpo import BGPOConfig
 from dare_bench.trainers.algorithms.common import (
     PolicyLossOutput,
     agg_loss,

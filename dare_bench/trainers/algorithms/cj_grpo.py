@@ -45,7 +45,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.cj_grpo_config import CJGRPOConfig
+from dare_bench.catalogue.knobs.cj_grpo import CJGRPOConfig
 from dare_bench.trainers.algorithms.common import (
     group_advantages,
     kl_estimate,

@@ -32,7 +32,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.coupled_grpo_config import CoupledGRPOConfig
+from dare_bench.catalogue.knobs.coupled_grpo import CoupledGRPOConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,

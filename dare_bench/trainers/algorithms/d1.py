@@ -24,7 +24,7 @@ Where this follows DARE instead of upstream d1, it is a setting: `clip_ratio_c` 
 One deliberate difference from both: the model gets the batch's padding mask (upstream d1 calls the model without
 one; DARE packs sequences), so left-padded prompts do not attend to pad tokens.
 
-Knobs (`train.algorithm` in a reproduction YAML, see `d1_config.py`): p_mask_prompt, random_masking, kl_variant.
+Knobs (`train.algorithm` in a reproduction YAML, see `dare_bench/catalogue/knobs/d1.py`): p_mask_prompt, random_masking, kl_variant.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.d1_config import D1Config
+from dare_bench.catalogue.knobs.d1 import D1Config
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,

@@ -38,7 +38,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.ebpo_config import EBPOConfig
+from dare_bench.catalogue.knobs.ebpo import EBPOConfig
 from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw, with_traits
 from dare_bench.trainers.algorithms.common import group_advantages
 

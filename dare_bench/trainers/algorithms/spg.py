@@ -41,7 +41,7 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.spg_config import SPGConfig
+from dare_bench.catalogue.knobs.spg import SPGConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout
 from dare_bench.trainers.algorithms.common import group_advantages, iteration_mask_seeds
 

@@ -1,7 +1,7 @@
 """d1 / diffu-GRPO: the plug-in's settings (its knobs and its defaults of the shared ones), torch-free.
 
 The catalogue reads `ALGORITHM` to validate reproductions at load time with this very class; the plug-in
-(`d1.py`) is built from it at run time. See `dare_bench/catalogue.py`.
+(`d1.py`) is built from it at run time. See `dare_bench/catalogue/__init__.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from dare_bench.catalogue import AlgorithmSpec
-from dare_bench.trainers.algorithms.settings import AlgorithmConfig
+from dare_bench.catalogue.settings import AlgorithmConfig
 
 
 class D1Config(AlgorithmConfig):

@@ -11,14 +11,16 @@ Everything that needs a list of names or a fact about one reads it from here: th
     catalogue.task_names()                       # from the tasks registry
 
 Algorithms. An RL algorithm with a plug-in is discovered from its torch-free settings module
-`dare_bench/trainers/algorithms/<plugin>_config.py`, which defines the plug-in's `Config` (a subclass of
-`AlgorithmConfig`) and `ALGORITHM = AlgorithmSpec(name=..., kind="rl", knobs=<that Config>)`; the plug-in itself is
-`<plugin>.py` beside it. The knob schema the registry validates a reproduction with IS the plug-in's `Config`, so
+`dare_bench/catalogue/knobs/<plugin>.py`, which defines the plug-in's `Config` (a subclass of
+`AlgorithmConfig`, in `catalogue/settings.py`) and `ALGORITHM = AlgorithmSpec(name=..., kind="rl", knobs=<that
+Config>)`; the plug-in itself is `dare_bench/trainers/algorithms/<plugin>.py`. The declarations sit here, on the
+ground floor, because the reproduction schema (`config.py`) validates with them; the plug-ins need torch and sit
+with the trainers. The knob schema the registry validates a reproduction with IS the plug-in's `Config`, so
 what loads is what runs. Algorithms without a plug-in (evaluation only, SFT / LoRA, VRPO, and RL algorithms whose
 plug-in does not exist yet) are declared below with their knob schemas.
 
-Adding an RL algorithm `foo`: `trainers/algorithms/foo_config.py` (Config + ALGORITHM), `trainers/algorithms/foo.py`
-(the plug-in), its test, `reproductions/_defaults/algorithms/foo.yaml` and the reproduction YAMLs. Nothing else.
+Adding an RL algorithm `foo`: `dare_bench/catalogue/knobs/foo.py` (Config + ALGORITHM),
+`dare_bench/trainers/algorithms/foo.py` (the plug-in), its test, `reproductions/_defaults/algorithms/foo.yaml` and the reproduction YAMLs. Nothing else.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from dare_bench.errors import ConfigError
 Kind = Literal["none", "sft", "rl", "preference"]
 Attention = Literal["bidirectional", "block_causal"]
 
-_PLUGIN_PACKAGE = "dare_bench.trainers.algorithms"
-_CONFIG_SUFFIX = "_config"
+# the torch-free Config + ALGORITHM of each RL plug-in, one module each, named after the plug-in
+_CONFIG_PACKAGE = "dare_bench.catalogue.knobs"
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class AlgorithmSpec:
     """One algorithm: its reproduction name, which trainer runs it (`train.kind`), and its knob schema.
 
     `knobs` validates the algorithm's settings. For a plug-in it is the plug-in's `Config`, validated against the
-    shared `train.*` fields and `train.algorithm` together (`trainers.algorithms.settings.algorithm_settings`);
+    shared `train.*` fields and `train.algorithm` together (`catalogue.settings.algorithm_settings`);
     otherwise it validates `train.algorithm` alone. `plugin` is the plug-in module (and registered plug-in name)
     under `dare_bench.trainers.algorithms`, filled in by discovery; None when there is no plug-in.
     """
@@ -60,14 +62,14 @@ class AlgorithmSpec:
     @property
     def takes_shared_settings(self) -> bool:
         """Whether the schema also covers the shared `train.*` fields (every RL plug-in's does)."""
-        from dare_bench.trainers.algorithms.settings import AlgorithmConfig
+        from dare_bench.catalogue.settings import AlgorithmConfig
 
         return issubclass(self.knobs, AlgorithmConfig)
 
     @property
     def knob_names(self) -> tuple[str, ...]:
         """What a reproduction may set under `train.algorithm` (the shared fields are set under `train.*`)."""
-        from dare_bench.trainers.algorithms.settings import AlgorithmConfig
+        from dare_bench.catalogue.settings import AlgorithmConfig
 
         shared = set(AlgorithmConfig.model_fields) if self.takes_shared_settings else set()
         names: list[str] = []
@@ -83,7 +85,7 @@ class AlgorithmSpec:
     def settings(self, train: Any) -> BaseModel:
         """This algorithm's typed settings from a `TrainSettings` (pydantic ValidationError when invalid)."""
         if self.takes_shared_settings:
-            from dare_bench.trainers.algorithms.settings import algorithm_settings
+            from dare_bench.catalogue.settings import algorithm_settings
 
             return self.knobs.model_validate(algorithm_settings(train))
         return self.knobs.model_validate(train.algorithm)
@@ -91,7 +93,7 @@ class AlgorithmSpec:
     def setting_path(self, field_name: str) -> str:
         """Where a reproduction sets the schema field `field_name`, relative to the scale (for error messages)."""
         if self.takes_shared_settings:
-            from dare_bench.trainers.algorithms.settings import SHARED_TRAIN_FIELDS
+            from dare_bench.catalogue.settings import SHARED_TRAIN_FIELDS
 
             for train_name, plugin_name in SHARED_TRAIN_FIELDS.items():
                 if plugin_name == field_name:
@@ -154,14 +156,12 @@ _WITHOUT_PLUGIN = (
 def algorithms() -> dict[str, AlgorithmSpec]:
     """Every algorithm by reproduction name: the declared ones above, then the plug-ins found on disk."""
     found = {spec.name: spec for spec in _WITHOUT_PLUGIN}
-    package_dir = Path(__file__).resolve().parent / "trainers" / "algorithms"
+    package_dir = Path(__file__).resolve().parent / "knobs"
     for module in sorted(m.name for m in pkgutil.iter_modules([str(package_dir)])):
-        if not module.endswith(_CONFIG_SUFFIX):
-            continue
-        spec = importlib.import_module(f"{_PLUGIN_PACKAGE}.{module}").ALGORITHM
+        spec = importlib.import_module(f"{_CONFIG_PACKAGE}.{module}").ALGORITHM
         if spec.name in found:
             raise ValueError(f"{module}.py declares algorithm {spec.name!r}, which is already declared")
-        found[spec.name] = replace(spec, plugin=module[: -len(_CONFIG_SUFFIX)])
+        found[spec.name] = replace(spec, plugin=module)
     return found
 
 
