@@ -10,8 +10,9 @@ whose `content_hash` keys runs in the store: identical semantic configs give ide
     cfg.profile.train.lr, cfg.modified, cfg.content_hash
 
 Every model forbids unknown keys (typos fail at load time). Algorithm-specific knobs live in `train.algorithm`,
-validated here against the knob model registered for the reproduction's algorithm (`ALGORITHM_KNOBS`), so a
-typo there fails at load time too; the algorithm plug-in reads them from the typed model.
+validated here against the algorithm's knob schema in `dare_bench.catalogue`. For an RL plug-in that schema is the
+plug-in's own `Config`, validated with the shared `train.*` fields it receives, so a config that loads is one the
+plug-in accepts (the plug-in's cross-field checks, which need the backbone, still run when it is built).
 
 Scales:
 - `paper`: the recipe that produced the reported scores (real checkpoint + revision, published hyper-parameters).
@@ -34,28 +35,18 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dare_bench import catalogue
 from dare_bench.errors import ConfigError
+from dare_bench.catalogue.settings import KlEstimator, LossAgg
 
-ALGORITHMS = (
-    "baseline", "sft", "lora", "vrpo", "d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo",
-    "dtreerpo", "justgrpo", "espo",
-)
-BACKBONES = ("llada", "dream", "sdar", "llada2")
-TASKS = ("gsm8k", "math500", "humaneval", "mbpp", "countdown", "sudoku")
-# Which trainer an algorithm uses (the `train.kind` its reproductions declare; the registry's defaults layer).
-ALGORITHM_KIND = {
-    "baseline": "none", "sft": "sft", "lora": "sft", "vrpo": "preference",
-    **{a: "rl" for a in ("d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo", "dtreerpo", "justgrpo", "espo")},
-}
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
 
-Algorithm = Literal[
-    "baseline", "sft", "lora", "vrpo", "d1", "coupled-grpo", "cj-grpo", "spg", "bgpo", "ebpo", "mdpo",
-    "dtreerpo", "justgrpo", "espo",
-]
-Backbone = Literal["llada", "dream", "sdar", "llada2"]
-Task = Literal["gsm8k", "math500", "humaneval", "mbpp", "countdown", "sudoku"]
+# The names come from the catalogue (one declaration per algorithm, backbone, task); typed as literals so that a
+# wrong name fails at load time with the list of valid ones.
+Algorithm = Literal[catalogue.algorithm_names()]
+Backbone = Literal[catalogue.backbone_names()]
+Task = Literal[catalogue.task_names()]
 ScaleName = Literal["paper", "official", "tiny", "micro"]
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -152,89 +143,6 @@ class BaseRecipe(Strict):
         return self
 
 
-# ------------------------------------------------------------------------------------- algorithm knobs
-
-
-class NoKnobs(Strict):
-    """Algorithms without knobs beyond the common train settings."""
-
-
-class D1Knobs(Strict):
-    p_mask_prompt: float = Field(0.15, ge=0, lt=1, description="iid prompt masking of the one-step estimator")
-    random_masking: bool = Field(True, description="new mask seed per inner iteration (else seed 42)")
-
-
-class CoupledGrpoKnobs(Strict):
-    t_min: float = Field(0.2, gt=0, lt=1)
-    t_max: float = Field(0.8, gt=0, lt=1)
-    pairs: int = Field(1, gt=0, description="complementary mask pairs per sample (lambda)")
-
-
-class CjGrpoKnobs(Strict):
-    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
-    eos_gamma_min: float = Field(0.4, ge=0, le=1)
-    eos_gamma_max: float = Field(1.0, ge=0, le=1)
-    loss_mode: Literal["per_step", "collapsed"] = Field(
-        "per_step", description="per_step: official EOSER-ASS-RL loss; collapsed: DARE's collapse_cj_step_log_probs")
-    ass_blocks: int | None = Field(None, gt=0, description="ascending-step-size blocks (None: the sampler's)")
-
-
-class BgpoKnobs(Strict):
-    n_l: int | None = Field(None, gt=0, description="MC copies stratified together (None: all mc_samples)")
-    elbo_norm: Literal["padded", "valid", "valid_x_padded"] = Field(
-        "padded", description="ELBO / R (DARE LLaDA/Dream), / valid count (LLaDA2 actor), / n*R (SDAR actor)")
-
-
-class SpgKnobs(Strict):
-    variant: Literal["elbo", "eubo", "mixture"] = "mixture"
-    eubo_beta: float = Field(1.5, ge=1)
-    mix_weight: float = Field(0.5, ge=0, le=1)
-    num_t: int = Field(2, gt=0, description="independent block-wise masks per sequence per iteration")
-    mask_block_length: int = Field(32, gt=0)
-    p_mask_prompt: float = Field(0.15, ge=0, lt=1)
-    use_mask_prompt: bool = True
-    min_t: float = Field(0.0, ge=0, le=1)
-    max_t: float = Field(1.0, ge=0, le=1)
-    random_masking: bool = True
-
-
-class EbpoKnobs(Strict):
-    block_origin: Literal["global", "response"] = "global"
-    n_l: int | None = Field(None, gt=0, description="MC rows stratified together (None: all mc_samples)")
-
-
-class VrpoKnobs(Strict):
-    dpo_beta: float = Field(0.2, gt=0)
-    preference_data: str = "argilla/ultrafeedback-binarized-preferences-cleaned"
-
-
-class MdpoKnobs(Strict):
-    top_k_steps: int | None = Field(None, gt=0, description="train only on the K steps with largest |advantage|")
-    confidence_weighting: bool = True
-    std_normalise: bool = True
-
-
-class DtreerpoKnobs(Strict):
-    self_distillation: bool = True
-
-
-class JustGrpoKnobs(Strict):
-    position_chunk_size: int | None = Field(None, gt=0)
-
-
-class EspoKnobs(Strict):
-    reduce_var: bool = True
-    kl_estimator: Literal["k1", "k2", "k3"] = "k2"
-
-
-ALGORITHM_KNOBS: dict[str, type[Strict]] = {
-    "baseline": NoKnobs, "sft": NoKnobs, "lora": NoKnobs, "bgpo": BgpoKnobs,
-    "d1": D1Knobs, "coupled-grpo": CoupledGrpoKnobs, "cj-grpo": CjGrpoKnobs, "spg": SpgKnobs,
-    "ebpo": EbpoKnobs, "vrpo": VrpoKnobs, "mdpo": MdpoKnobs, "dtreerpo": DtreerpoKnobs,
-    "justgrpo": JustGrpoKnobs, "espo": EspoKnobs,
-}
-
-
 # ------------------------------------------------------------------------------------------ train / eval
 
 
@@ -257,14 +165,17 @@ class TrainSettings(Strict):
     batch_prompts: int | None = Field(None, gt=0)
     group_size: int | None = Field(None, gt=0, description="G completions per prompt")
     mu: int = Field(1, gt=0, description="gradient steps per rollout batch (num_iterations / ppo epochs)")
-    beta_kl: float = Field(0.0, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
+    # The fields an RL plug-in receives (catalogue.settings.SHARED_TRAIN_FIELDS) default to None: unset,
+    # the plug-in's own default applies (BGPO's 16 MC samples, EBPO's k2 KL ...).
+    beta_kl: float | None = Field(None, ge=0)
+    kl_estimator: KlEstimator | None = None
     clip_eps: float | None = Field(None, gt=0, description="PPO clip (epsilon_low)")
     clip_eps_high: float | None = Field(None, gt=0, description="None = clip_eps")
     clip_ratio_c: float | None = Field(None, gt=1, description="dual-clip cap for A<0 (verl)")
-    advantage: Literal["mean", "mean_std", "leave_one_out", "algorithm"] = "mean_std"
-    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    mc_samples: int = Field(1, gt=0, description="Monte-Carlo masks per sequence for the likelihood (mc_num)")
+    advantage: Literal["mean", "mean_std", "leave_one_out", "algorithm"] | None = Field(
+        None, description="algorithm (or unset): the plug-in's own advantage")
+    loss_agg: LossAgg | None = None
+    mc_samples: int | None = Field(None, gt=0, description="Monte-Carlo masks per sequence for the likelihood (mc_num)")
     ref_sync_steps: int | None = Field(None, gt=0)
     max_prompt_length: int | None = Field(None, gt=0)
     lora: LoraSettings | None = None
@@ -273,7 +184,7 @@ class TrainSettings(Strict):
     gpus: int | None = Field(None, gt=0, description="GPUs of the published run (informational at tiny scale)")
     checkpoint_every: int | None = Field(None, gt=0)
     eval_every: int | None = Field(None, gt=0)
-    algorithm: dict[str, Any] = Field(default_factory=dict, description="algorithm knobs (see ALGORITHM_KNOBS)")
+    algorithm: dict[str, Any] = Field(default_factory=dict, description="algorithm knobs (catalogue: knob_names)")
 
     @model_validator(mode="after")
     def _needed_for_kind(self) -> "TrainSettings":
@@ -369,12 +280,11 @@ class ReproductionSpec(Strict):
         missing = [s for s in REQUIRED_SCALES if s not in self.scales]
         if missing:
             raise ValueError(f"scales: missing scale(s) {', '.join(missing)}")
-        knobs = ALGORITHM_KNOBS[self.algorithm]
+        spec = catalogue.algorithm(self.algorithm)
         for scale, prof in self.scales.items():
-            if prof.train.kind != ALGORITHM_KIND[self.algorithm]:
+            if prof.train.kind != spec.kind:
                 raise ValueError(
-                    f"scales.{scale}.train.kind: {self.algorithm} trains with kind "
-                    f"{ALGORITHM_KIND[self.algorithm]!r}, not {prof.train.kind!r}"
+                    f"scales.{scale}.train.kind: {self.algorithm} trains with kind {spec.kind!r}, not {prof.train.kind!r}"
                 )
             if scale in ("paper", "official") and prof.model.checkpoint is None:
                 raise ValueError(f"scales.{scale}.model: this scale must start from a real `checkpoint`")
@@ -383,16 +293,9 @@ class ReproductionSpec(Strict):
                     raise ValueError(f"scales.{scale}.model: this scale must use a tiny `preset`")
                 if prof.base is None:
                     raise ValueError(f"scales.{scale}: needs `base` (the tiny SFT recipe)")
-            try:
-                knobs.model_validate(prof.train.algorithm)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(p) for p in err["loc"])
-                hint = _suggest(err["loc"][-1], knobs.model_fields) if err["type"] == "extra_forbidden" else ""
-                raise ValueError(
-                    f"scales.{scale}.train.algorithm.{loc}: {err['msg']} ({self.algorithm} knobs: "
-                    f"{', '.join(knobs.model_fields) or 'none'}){hint}"
-                ) from None
+            problem = knob_problem(self.algorithm, prof.train)
+            if problem:
+                raise ValueError(f"scales.{scale}.{problem}")
         seen: set[tuple] = set()
         for i, r in enumerate(self.reported):
             key = (r.table, r.metric, json.dumps(r.settings, sort_keys=True))
@@ -411,9 +314,33 @@ class ReproductionSpec(Strict):
         )
         return pinned.apply_overrides(overrides) if overrides else pinned
 
-    def knobs(self, scale: str) -> Strict:
-        """The typed algorithm knobs of a scale (defaults filled in)."""
-        return ALGORITHM_KNOBS[self.algorithm].model_validate(self.scales[scale].train.algorithm)
+    def knobs(self, scale: str) -> BaseModel:
+        """The typed algorithm settings of a scale (defaults filled in): for an RL plug-in, its `Config`."""
+        return catalogue.algorithm(self.algorithm).settings(self.scales[scale].train)
+
+
+def knob_problem(algorithm: str, train: TrainSettings) -> str | None:
+    """What is wrong with the algorithm settings of `train` (a path relative to the scale, then why), or None.
+
+    The algorithm's catalogue schema decides; an RL plug-in's schema also checks the shared `train.*` fields it
+    receives, so e.g. CJ-GRPO's `eos_gamma_min` is refused here with the same bound the plug-in applies.
+    """
+    spec = catalogue.algorithm(algorithm)
+    knobs = spec.knob_names
+    listed = f"({algorithm} knobs: {', '.join(knobs) or 'none'})"
+    for key in train.algorithm:
+        if key not in knobs and spec.takes_shared_settings and key in spec.knobs.model_fields:
+            return f"{spec.setting_path(key)}: a shared setting, set it there, not under train.algorithm {listed}"
+    try:
+        spec.settings(train)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        where = spec.setting_path(loc[0]) + "".join(f".{p}" for p in loc[1:]) if loc else "train.algorithm"
+        hint = _suggest(err["loc"][-1], knobs) if err["type"] == "extra_forbidden" else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        return f"{where}: {msg} {listed}{hint}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- run config
@@ -476,9 +403,11 @@ class RunConfig(Strict):
             _set_path(self.profile, data, key.split("."), raw, item, self.algorithm)
         try:
             profile = ScaleProfile.model_validate(data)
-            ALGORITHM_KNOBS[self.algorithm].model_validate(profile.train.algorithm)
         except ValidationError as exc:
             raise ConfigError(f"overrides {list(overrides)} give an invalid config: {_first_error(exc)}") from None
+        problem = knob_problem(self.algorithm, profile.train)
+        if problem:
+            raise ConfigError(f"overrides {list(overrides)} give an invalid config: {problem}")
         return self.model_copy(update={
             "profile": profile,
             "overrides": [*self.overrides, *overrides],
@@ -499,7 +428,7 @@ def _set_path(model: Any, data: dict, parts: list[str], raw: str, item: str, alg
             child_model = getattr(node_model, part)
         elif isinstance(node, dict):
             if where.startswith("train.algorithm.") and i == 2:
-                knob_fields = ALGORITHM_KNOBS[algorithm].model_fields
+                knob_fields = catalogue.algorithm(algorithm).knob_names
                 if part not in knob_fields:
                     known = ", ".join(knob_fields) or "none"
                     raise ConfigError(

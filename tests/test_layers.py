@@ -30,14 +30,13 @@ FLOOR_NAMES = {GROUND: "ground floor", MODELS: "models", DIFFUSION: "diffusion",
 # floor of each top-level module / package of dare_bench ("" = dare_bench/__init__.py)
 FLOORS = {
     "": GROUND, "errors": GROUND, "fileio": GROUND, "config": GROUND, "tasks": GROUND, "store": GROUND,
-    "registry": GROUND, "sandbox": GROUND,
+    "registry": GROUND, "sandbox": GROUND, "catalogue": GROUND,
     "models": MODELS,
     "diffusion": DIFFUSION,
     "trainers": TRAIN_EVAL, "evaluators": TRAIN_EVAL,
     "pipeline": PIPELINE,
     # entry points: the CLI, its command modules, `dare-bench check`, the bench ratios, the leaderboard
-    "cli": CLI, "pipeline_commands": CLI, "check": CLI, "bench": CLI,
-    "leaderboard_app": CLI, "leaderboard_command": CLI, "leaderboard_data": CLI,
+    "cli": CLI, "check": CLI, "bench": CLI, "leaderboard": CLI,
 }
 SIBLINGS_APART = {("trainers", "evaluators"), ("evaluators", "trainers")}
 MODELS_CORE = ("families", "presets", "io", "base")

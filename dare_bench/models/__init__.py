@@ -21,7 +21,6 @@ from dare_bench.models.io import from_config, load_pretrained, load_tokenizer  #
 # complete whenever anything in dare_bench.models has been imported (Python runs this file first).
 from dare_bench.models import dream, llada, llada2, sdar  # noqa: F401
 
-FAMILY_MODULES = ("llada", "dream", "sdar", "llada2")
 
 
 def _import_families() -> None:

@@ -40,24 +40,21 @@ def _check_algorithm_backbone(cfg) -> None:
     """Refuse an algorithm on a backbone it is not defined for before any work (e.g. EBPO on an MDLM)."""
     if cfg.profile.train.kind != "rl":
         return
+    from dare_bench import catalogue
     from dare_bench.trainers.algorithms.base import get_algorithm
 
-    algo = get_algorithm(_plugin_name(cfg.algorithm))
-    attention = "block_causal" if cfg.backbone in ("sdar", "llada2") else "bidirectional"
+    algo = get_algorithm(cfg.algorithm)
+    attention = catalogue.backbone(cfg.backbone).attention
     if attention not in algo.attention_kinds:
         raise ConfigError(f"{cfg.algorithm} is not defined for {cfg.backbone} ({attention} attention backbones); "
                           f"it supports {list(algo.attention_kinds)}")
 
 
 def _plugin_name(algorithm: str) -> str:
-    """Registry ids use dashes (coupled-grpo), plug-in names underscores or the same id."""
-    from dare_bench.trainers.algorithms.base import ALGORITHMS, _import_all
+    """The RL plug-in of a reproduction's algorithm (registry ids use dashes, coupled-grpo; plug-ins coupled_grpo)."""
+    from dare_bench import catalogue
 
-    _import_all()
-    for candidate in (algorithm, algorithm.replace("-", "_")):
-        if candidate in ALGORITHMS:
-            return candidate
-    return algorithm
+    return catalogue.algorithm(algorithm).plugin or algorithm
 
 
 def local_plan(cfg) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """`dare-bench list` and `dare-bench show`: the reproduction registry on the command line.
 
     dare-bench list [--backbone llada] [--algorithm bgpo] [--task sudoku] [--json]
+    dare-bench list --catalogue [--json]      # the algorithms (kind, plug-in, knobs), backbones and tasks
     dare-bench show bgpo-llada-sudoku [--json] [--scale tiny]
 
 `list --json` prints a JSON array of {"name", "algorithm", "backbone", "task", "reported": [...]};
+`list --catalogue --json` prints {"algorithms": [{"name", "kind", "plugin", "knobs"}], "backbones": [{"name",
+"diffusion", "attention"}], "tasks": [...]} (`dare_bench.catalogue`, where every name list comes from);
 `show NAME --json` prints {"name", "algorithm", "backbone", "task", "paper_ref", "grader", "file", "scales": {...},
 "reported": [{"value", "metric", "source", "settings", "table", "note"}, ...]} (CI relies on these shapes).
 `--reproductions DIR` (or env DARE_BENCH_REPRODUCTIONS) reads another registry directory.
@@ -15,6 +18,8 @@ import json
 from typing import Optional
 
 import typer
+
+from dare_bench import catalogue
 
 REPRO_OPTION = typer.Option(None, "--reproductions", help="Registry directory (default: DARE_BENCH_REPRODUCTIONS "
                             "or the checkout's reproductions/).", show_default=False)
@@ -28,16 +33,54 @@ def _reported(spec) -> list[dict]:
     ]
 
 
+def catalogue_payload() -> dict:
+    return {
+        "algorithms": [{"name": a.name, "kind": a.kind, "plugin": a.plugin, "knobs": list(a.knob_names)}
+                       for a in catalogue.algorithms().values()],
+        "backbones": [{"name": b.name, "diffusion": b.diffusion, "attention": b.attention} for b in catalogue.BACKBONES],
+        "tasks": list(catalogue.task_names()),
+    }
+
+
+def _print_catalogue(as_json: bool) -> None:
+    payload = catalogue_payload()
+    if as_json:
+        typer.echo(json.dumps(payload, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    algos = Table(title=f"{len(payload['algorithms'])} algorithms")
+    for col in ("name", "kind", "plug-in", "knobs (train.algorithm)"):
+        algos.add_column(col, overflow="fold")
+    for a in payload["algorithms"]:
+        algos.add_row(a["name"], a["kind"], a["plugin"] or "-", ", ".join(a["knobs"]) or "-")
+    backbones = Table(title=f"{len(payload['backbones'])} backbones")
+    for col in ("name", "diffusion", "attention"):
+        backbones.add_column(col)
+    for b in payload["backbones"]:
+        backbones.add_row(b["name"], b["diffusion"], b["attention"])
+    console = Console(width=200)
+    console.print(algos)
+    console.print(backbones)
+    console.print(f"tasks: {', '.join(payload['tasks'])}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("list")
     def list_cmd(
-        backbone: Optional[str] = typer.Option(None, help="llada | dream | sdar | llada2"),
-        algorithm: Optional[str] = typer.Option(None, help="e.g. bgpo, d1, coupled-grpo, baseline"),
-        task: Optional[str] = typer.Option(None, help="gsm8k | math500 | humaneval | mbpp | countdown | sudoku"),
-        as_json: bool = typer.Option(False, "--json", help="Print a JSON array instead of a table."),
+        backbone: Optional[str] = typer.Option(None, help=" | ".join(catalogue.backbone_names())),
+        algorithm: Optional[str] = typer.Option(None, help=" | ".join(catalogue.algorithm_names())),
+        task: Optional[str] = typer.Option(None, help=" | ".join(catalogue.task_names())),
+        show_catalogue: bool = typer.Option(False, "--catalogue", help="List the algorithms, backbones and tasks "
+                                            "the benchmark knows instead of the reproductions."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
         reproductions: Optional[str] = REPRO_OPTION,
     ) -> None:
-        """List reproductions (algorithm x backbone x task) with their reported scores."""
+        """List reproductions (algorithm x backbone x task) with their reported scores, or the catalogue."""
+        if show_catalogue:
+            _print_catalogue(as_json)
+            return
         from dare_bench.registry import load_registry
 
         specs = load_registry(reproductions).select(backbone=backbone, algorithm=algorithm, task=task)

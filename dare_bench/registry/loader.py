@@ -10,7 +10,7 @@ package (`dare_bench/reproductions/`: the same files in a checkout, an editable 
 
 Defaults: every reproduction is merged over these layers (later wins; missing files are skipped), all under
 `<dir>/_defaults/`:
-    common.yaml, kinds/<kind>.yaml (kind = config.ALGORITHM_KIND[algorithm]: none | sft | preference | rl),
+    common.yaml, kinds/<kind>.yaml (kind = the catalogue's kind of the algorithm: none | sft | preference | rl),
     tasks/<task>.yaml, backbones/<backbone>.yaml, algorithms/<algorithm>.yaml,
     backbone-tasks/<backbone>-<task>.yaml, algorithm-backbones/<algorithm>-<backbone>.yaml, then the file itself.
 A scale whose `train.kind` is `none` (baselines) keeps only the train keys set in its own file.
@@ -37,7 +37,8 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dare_bench.config import ALGORITHM_KIND, ReproductionSpec, deep_merge
+from dare_bench import catalogue
+from dare_bench.config import ReproductionSpec, deep_merge
 from dare_bench.errors import ConfigError
 
 PSEUDO_SCALES = {"real": ("paper", "official"), "replica": ("tiny", "micro")}
@@ -193,7 +194,9 @@ def _untrained(doc: Document, own: Document) -> Document:
 
 def layer_paths(directory: Path, algorithm: str, backbone: str, task: str) -> list[Path]:
     d = directory / "_defaults"
-    kind = ALGORITHM_KIND.get(algorithm, "unknown")
+    spec = catalogue.algorithms().get(algorithm)
+    # an unknown algorithm still loads its other layers; the schema then reports the name with the valid ones
+    kind = spec.kind if spec is not None else "unknown"
     return [
         d / "common.yaml",
         d / "kinds" / f"{kind}.yaml",
@@ -350,10 +353,9 @@ class Registry:
 
     def select(self, *, backbone: str | None = None, algorithm: str | None = None,
                task: str | None = None) -> list[ReproductionSpec]:
-        from dare_bench.config import ALGORITHMS, BACKBONES, TASKS
-
-        for what, value, known in (("backbone", backbone, BACKBONES), ("algorithm", algorithm, ALGORITHMS),
-                                   ("task", task, TASKS)):
+        for what, value, known in (("backbone", backbone, catalogue.backbone_names()),
+                                   ("algorithm", algorithm, catalogue.algorithm_names()),
+                                   ("task", task, catalogue.task_names())):
             if value is not None and value not in known:
                 hits = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
                 hint = f"; did you mean {hits[0]!r}?" if hits else f" (known: {', '.join(known)})"

@@ -49,6 +49,7 @@ import torch
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
+from dare_bench.catalogue.settings import algorithm_settings
 from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.checkpoint import (
     capture_rng,
@@ -102,27 +103,6 @@ def _train_settings(train_cfg):
     if cfg.kind != "rl":
         raise ConfigError(f"train_rl runs train.kind=rl, got {cfg.kind!r}")
     return cfg
-
-
-def algorithm_settings(cfg) -> dict[str, Any]:
-    """The plug-in's config dict from `TrainSettings`: the shared GRPO fields plus `train.algorithm` knobs.
-
-    Unset fields (None) are left to the plug-in's defaults; `advantage: algorithm` means the plug-in's own.
-    """
-    out: dict[str, Any] = {
-        "kl_beta": cfg.beta_kl,
-        "kl_estimator": cfg.kl_estimator,
-        "mc_samples": cfg.mc_samples,
-        "loss_agg": cfg.loss_agg,
-    }
-    for src, dst in (("clip_eps", "clip_eps"), ("clip_eps_high", "clip_eps_high"), ("clip_ratio_c", "clip_ratio_c")):
-        value = getattr(cfg, src)
-        if value is not None:
-            out[dst] = value
-    if cfg.advantage != "algorithm":
-        out["advantage"] = cfg.advantage
-    out.update(cfg.algorithm)
-    return out
 
 
 def rollout_settings(sampler) -> dict[str, Any]:

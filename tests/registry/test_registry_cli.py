@@ -26,6 +26,20 @@ def test_list_json_shape_and_filters():
     assert len(everything) >= 116
 
 
+def test_list_catalogue_json_is_the_catalogue():
+    from dare_bench import catalogue
+
+    result = runner.invoke(app, ["list", "--catalogue", "--json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.output)
+    assert [a["name"] for a in d["algorithms"]] == list(catalogue.algorithm_names())
+    coupled = next(a for a in d["algorithms"] if a["name"] == "coupled-grpo")
+    assert coupled["kind"] == "rl" and coupled["plugin"] == "coupled_grpo" and "random_masking" in coupled["knobs"]
+    assert {b["name"]: b["diffusion"] for b in d["backbones"]}["sdar"] == "block"
+    assert d["tasks"] == list(catalogue.task_names())
+    assert "sdar" in runner.invoke(app, ["list", "--catalogue"]).output
+
+
 def test_list_table():
     result = runner.invoke(app, ["list", "--algorithm", "justgrpo"])
     assert result.exit_code == 0 and "justgrpo-llada-gsm8k" in result.output and "(gen 512)" in result.output

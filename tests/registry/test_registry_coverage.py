@@ -7,7 +7,7 @@ import re
 import pytest
 
 from testpaths import RESEARCH_NOTES
-from dare_bench.config import ALGORITHM_KIND
+from dare_bench import catalogue
 from dare_bench.registry import load_registry
 
 DOC = RESEARCH_NOTES
@@ -117,7 +117,7 @@ def test_every_file_is_documented_and_resolves(reg):
         hashes = {spec.resolve(s).content_hash for s in spec.scales}
         assert len(hashes) == len(spec.scales)
         for scale, prof in spec.scales.items():
-            assert prof.train.kind == ALGORITHM_KIND[spec.algorithm]
+            assert prof.train.kind == catalogue.algorithm(spec.algorithm).kind
             if scale in ("tiny", "micro"):
                 assert prof.model.preset == f"tiny-{spec.backbone}"
                 if prof.train.kind in ("rl", "preference"):

@@ -51,9 +51,13 @@ def test_settings_mapping():
     cfg = TrainSettings(**rl_settings(beta_kl=0.04, clip_eps=0.5, clip_ratio_c=3.0, advantage="mean_std",
                                       algorithm={"p_mask_prompt": 0.1}))
     a = algorithm_settings(cfg)
-    assert a == {"kl_beta": 0.04, "kl_estimator": "k3", "mc_samples": 1, "loss_agg": "token-mean", "clip_eps": 0.5,
-                 "clip_ratio_c": 3.0, "advantage": "mean_std", "p_mask_prompt": 0.1}
+    assert a == {"kl_beta": 0.04, "clip_eps": 0.5, "clip_ratio_c": 3.0, "advantage": "mean_std", "p_mask_prompt": 0.1}
     assert "advantage" not in algorithm_settings(TrainSettings(**rl_settings(advantage="algorithm")))
+    # shared fields the YAML leaves unset are not passed: the plug-in's own default applies (BGPO: 16 MC samples)
+    from dare_bench.catalogue.knobs.bgpo import BGPOConfig
+
+    assert BGPOConfig(**algorithm_settings(TrainSettings(**rl_settings()))).mc_samples == 16
+    assert BGPOConfig(**algorithm_settings(TrainSettings(**rl_settings(mc_samples=4)))).mc_samples == 4
     r = rollout_settings(cfg.rollout)
     assert r == {"gen_length": 4, "steps": 4, "temperature": 0.9}
     r2 = rollout_settings({"gen_length": 8, "steps": 8, "remasking": "random", "extra": {"alg": "entropy"}})
@@ -194,17 +198,16 @@ def test_train_data_names_the_sources():
     assert len(loop_mod.load_train_items(task, ["reverse", "reverse"])) == 10
 
 
-def test_every_rl_algorithm_of_the_config_schema_with_a_plugin_resolves():
+def test_every_rl_algorithm_of_the_catalogue_with_a_plugin_resolves():
     """Reproduction YAMLs spell algorithms with hyphens (coupled-grpo); plug-ins register module-style names."""
-    from dare_bench.config import ALGORITHMS as CONFIG_NAMES
+    from dare_bench import catalogue
     from dare_bench.trainers.algorithms import get_algorithm, list_algorithms
 
     plugins = set(list_algorithms())
-    for name in CONFIG_NAMES:
-        if name.replace("-", "_") in plugins:
-            assert get_algorithm(name).name == name.replace("-", "_")
+    for spec in catalogue.algorithms().values():
+        if spec.plugin is not None:
+            assert get_algorithm(spec.name).name == spec.plugin and spec.plugin in plugins
     assert "d1" in plugins
-
 
 
 def _plugins():
@@ -221,7 +224,8 @@ def test_every_plugin_runs_through_the_loop(name):
     kinds = get_algorithm(name).attention_kinds
     model = micro_llada(0) if "bidirectional" in kinds else micro_sdar(0)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    knobs = {"spg": {"mask_block_length": 4}}.get(name, {})  # the toy completion is 4 tokens long
+    # the toy completion is 4 tokens long: SPG's default 2 masks per sequence need 2 mask blocks
+    knobs = {"spg": {"mask_block_length": 2}}.get(name, {})
     res = train_rl(model, CharTokenizer(), ReverseTask(), name,
                    rl_settings(steps=4, mu=2, clip_eps=0.2, algorithm=knobs),
                    RLRunOptions(progress=False, micro_batch_size=8))

@@ -1,7 +1,8 @@
 """The RL algorithm plug-in contract and registry.
 
-An algorithm is one file under `trainers/algorithms/` with a subclass of `Algorithm` decorated with
-`@register_algorithm`. The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it calls:
+An algorithm is two files: `dare_bench/catalogue/knobs/<name>.py` (torch-free: its `Config`, a subclass of
+`AlgorithmConfig`, and the `ALGORITHM` entry the catalogue discovers, see `dare_bench/catalogue/__init__.py`) and
+`dare_bench/trainers/algorithms/<name>.py` (a subclass of `Algorithm` decorated with `@register_algorithm`, `name = "<name>"`, `Config` = that class). The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it calls:
 
     algo = get_algorithm("d1")(config_dict, model.traits)       # validates hyper-parameters (ConfigError)
     batch = RolloutBatch(...)                                    # G completions per prompt + rewards
@@ -19,11 +20,12 @@ An algorithm is one file under `trainers/algorithms/` with a subclass of `Algori
 Refinements made with the shared loop (all backwards compatible):
 - `AlgorithmConfig` also carries the GRPO settings every RL recipe has in `TrainSettings`: `advantage` (None = the
   algorithm's own default), `clip_ratio_c` (verl dual clip; None = off) and `kl_estimator`. The loop fills the
-  config from `TrainSettings` (`trainers.loop.algorithm_settings`); a plug-in that cannot honour a value refuses it
-  in `validate()`.
+  config from `TrainSettings` (`catalogue.settings.algorithm_settings`, only the fields that are set); a
+  plug-in that cannot honour a value refuses it in `validate()`.
 - `Algorithm.forward_batch_size`: rows per no-grad forward in `prepare` (None = all rows at once); set by the loop
   from its micro-batch size so that `prepare` never holds the logits of the whole rollout batch.
-- `get_algorithm` accepts the reproduction spelling with hyphens (`coupled-grpo` -> `coupled_grpo`).
+- `get_algorithm` accepts the reproduction spelling with hyphens (`coupled-grpo` -> `coupled_grpo`): names come
+  from the catalogue.
 - Masks / noise drawn in `prepare` must be drawn for the whole batch there (not per micro-batch in `backward`), so a
   run's numbers do not depend on the micro-batch size.
 """
@@ -31,14 +33,16 @@ Refinements made with the shared loop (all backwards compatible):
 from __future__ import annotations
 
 import difflib
+import importlib
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
+from dare_bench.catalogue.settings import AlgorithmConfig
 
 
 @dataclass
@@ -91,32 +95,6 @@ class AlgorithmState:
 
     def select(self, rows: slice | torch.Tensor) -> "AlgorithmState":
         return AlgorithmState({k: v[rows] for k, v in self.rows.items()}, dict(self.shared))
-
-
-class AlgorithmConfig(BaseModel):
-    """Hyper-parameters every algorithm shares; subclasses add their own. Unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    clip_eps: float = 0.2  # ε (lower clip); `clip_eps_high` defaults to ε
-    clip_eps_high: float | None = None
-    kl_beta: float = 0.0  # β of the KL-to-reference penalty; 0 disables the reference forward
-    mc_samples: int = 1  # Monte-Carlo samples of the likelihood estimator
-    loss_agg: str = "token-mean"
-    advantage: str | None = None  # "mean" | "mean_std" | "leave_one_out"; None = the algorithm's default
-    clip_ratio_c: float | None = None  # verl dual-clip cap of the ratio for A < 0; None = plain PPO clip
-    kl_estimator: str = "k3"  # k1 | k2 | k3 (low_var_kl) | abs
-
-    @model_validator(mode="after")
-    def _shared_ranges(self) -> "AlgorithmConfig":
-        # Here, not in each plug-in: subclasses that redefine a field (e.g. BGPO's dual clip on by default) keep it.
-        if self.clip_eps_high is not None and self.clip_eps_high <= 0:
-            raise ValueError(f"clip_eps_high must be > 0, got {self.clip_eps_high}")
-        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
-            raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
-        if self.kl_beta < 0:
-            raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}")
-        return self
 
 
 class Algorithm:
@@ -172,8 +150,6 @@ class Algorithm:
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
-ALGORITHM_MODULES = ("d1", "coupled_grpo", "cj_grpo", "spg", "bgpo", "ebpo")
-
 
 def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
     if not cls.name:
@@ -182,33 +158,26 @@ def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
-def _import_all() -> None:
-    import importlib
-
-    for mod in ALGORITHM_MODULES:
-        try:
-            importlib.import_module(f"dare_bench.trainers.algorithms.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"dare_bench.trainers.algorithms.{mod}":
-                raise
-
-
 def get_algorithm(name: str) -> type[Algorithm]:
-    """The plug-in class registered as `name`; reproduction names with hyphens (`coupled-grpo`) find the module-style
-    registration (`coupled_grpo`)."""
-    _import_all()
-    if name not in ALGORITHMS and name.replace("-", "_") in ALGORITHMS:
-        name = name.replace("-", "_")
-    if name not in ALGORITHMS:
-        hint = difflib.get_close_matches(name, ALGORITHMS, n=1)
+    """The plug-in class of the catalogue's algorithm `name` (reproduction spelling `coupled-grpo`, or the plug-in's
+    own `coupled_grpo`); an algorithm without a plug-in, or an unknown name, is a ConfigError."""
+    from dare_bench import catalogue
+
+    spec = catalogue.find_algorithm(name)
+    if spec is None or spec.plugin is None:
+        known = catalogue.plugin_names()
+        hint = difflib.get_close_matches(name, known, n=1)
         raise ConfigError(f"unknown algorithm {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-                          + f" (known: {sorted(ALGORITHMS)})")
-    return ALGORITHMS[name]
+                          + f" (known: {known})")
+    importlib.import_module(f"dare_bench.trainers.algorithms.{spec.plugin}")
+    return ALGORITHMS[spec.plugin]
 
 
 def list_algorithms() -> list[str]:
-    _import_all()
-    return sorted(ALGORITHMS)
+    """Names of every RL plug-in (the plug-in spelling, e.g. coupled_grpo)."""
+    from dare_bench import catalogue
+
+    return catalogue.plugin_names()
 
 
 def _pydantic_message(exc: ValidationError, model: type[BaseModel]) -> str:

@@ -29,29 +29,25 @@ padding: never masked, never attended to, never scored. R stays the padded compl
 
 KL (off in every DARE recipe): DARE applies its advantage-dependent `kl_penalty` to a one-sample ELBO against the
 reference's MC mean; here it is applied per copy to e_k − e_k^ref on the SAME masks (antithetic, and still one
-backward per copy). Knobs (`train.algorithm`): mc_samples, n_l, clip_eps, clip_eps_high, clip_ratio_c, kl_beta.
+backward per copy). Knobs (`train.algorithm`, see `dare_bench/catalogue/knobs/bgpo.py`): n_l, elbo_norm; shared settings (`train.*`):
+mc_samples (default 16), clip_eps, clip_eps_high, clip_ratio_c (default 3.0), beta_kl.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.bgpo import BGPOConfig
 from dare_bench.trainers.algorithms.common import (
     PolicyLossOutput,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     masked_mean,
@@ -153,14 +149,6 @@ def bgpo_policy_loss(old_l: torch.Tensor, l: torch.Tensor, advantages: torch.Ten
 
 # --- the plug-in -------------------------------------------------------------------------------------------------
 
-class BGPOConfig(AlgorithmConfig):
-    mc_samples: int = Field(16, ge=1)  # DARE recipes: mc_num = n_l = 16
-    n_l: int | None = Field(None, ge=1)  # copies stratified together; None = mc_samples
-    clip_ratio_c: float | None = 3.0  # verl dual clip, on in DARE
-    # e_k = ELBO total / this: R (DARE LLaDA / Dream actors), the valid count n (DARE LLaDA2 actor), n·R (DARE
-    # SDAR actor, whose model loss is already divided by the answer length)
-    elbo_norm: Literal["padded", "valid", "valid_x_padded"] = "padded"
-
 
 @register_algorithm
 class BGPO(Algorithm):
@@ -170,8 +158,6 @@ class BGPO(Algorithm):
 
     def validate(self) -> None:
         c = self.config
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         n_l = c.n_l or c.mc_samples
         if c.mc_samples % n_l:
             raise ConfigError(f"bgpo: mc_samples ({c.mc_samples}) must be a multiple of n_l ({n_l})")

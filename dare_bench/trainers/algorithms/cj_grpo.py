@@ -34,22 +34,19 @@ the official `--decoding`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.cj_grpo import CJGRPOConfig
 from dare_bench.trainers.algorithms.common import (
-    check_agg_mode,
-    check_kl_kind,
     group_advantages,
     kl_estimate,
     masked_mean,
@@ -127,15 +124,6 @@ def collapse_step_logprobs(step_log_probs: torch.Tensor, trajectory: torch.Tenso
 
 # --- the plug-in --------------------------------------------------------------------------------------------------
 
-class CJGRPOConfig(AlgorithmConfig):
-    clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
-    loss_mode: Literal["per_step", "collapsed"] = "per_step"
-    # knob names as `config.CjGrpoKnobs`: decoding standard | eoser | eoser-ass (the official `--decoding`)
-    decoding: Literal["standard", "eoser", "eoser-ass"] = "standard"
-    eos_gamma_min: float | None = Field(None, gt=0, le=1)  # None: the sampler's (0.4 EOSER, 0.01 with ASS)
-    eos_gamma_max: float = Field(1.0, gt=0, le=1)
-    ass_blocks: int | None = Field(None, ge=1)
-
 
 @register_algorithm
 class CJGRPO(Algorithm):
@@ -150,8 +138,6 @@ class CJGRPO(Algorithm):
         if c.mc_samples != 1:
             raise ConfigError(f"cj_grpo scores each token once, along the recorded trajectory (mc_samples=1); "
                               f"got {c.mc_samples}")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):
             raise ConfigError(f"cj_grpo: unknown advantage {c.advantage!r}")
         llada_sampler = self.traits.attention == "bidirectional" and self.traits.logit_shift == 0

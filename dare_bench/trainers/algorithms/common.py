@@ -25,9 +25,8 @@ from typing import Hashable, Sequence
 import torch
 
 from dare_bench.errors import ConfigError
+from dare_bench.catalogue.settings import AGG_MODES, KL_KINDS
 
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 ADVANTAGE_MODES = ("mean", "mean_std", "leave_one_out")
 # short aliases accepted by `group_advantages`
 _ADV_ALIASES = {"std": "mean_std", "loo": "leave_one_out"}
@@ -62,11 +61,6 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, mode: str = "token
         return torch.sum(loss_mat * loss_mask) / loss_mask.shape[-1]
     raise ConfigError(f"unknown loss_agg {mode!r}; expected one of {list(AGG_MODES)}")
 
-
-def check_agg_mode(mode: str) -> str:
-    if mode not in AGG_MODES:
-        raise ConfigError(f"unknown loss_agg {mode!r}; expected one of {list(AGG_MODES)}")
-    return mode
 
 
 # --- advantages ---------------------------------------------------------------------------------------------------
@@ -204,12 +198,6 @@ def policy_loss(old_logp: torch.Tensor, logp: torch.Tensor, advantages: torch.Te
 
 
 # --- KL -----------------------------------------------------------------------------------------------------------
-def check_kl_kind(kind: str) -> str:
-    if kind not in KL_KINDS:
-        raise ConfigError(f"unknown KL estimator {kind!r}; expected one of {list(KL_KINDS)}")
-    return kind
-
-
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3", *,
                 clamp: float | None = 10.0) -> torch.Tensor:
     """Per-token KL(π‖π_ref) estimators of verl `core_algos.kl_penalty` (Schulman, "Approximating KL").
@@ -253,7 +241,7 @@ def dare_kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, advan
 
 
 __all__ = [
-    "AGG_MODES", "ADVANTAGE_MODES", "KL_KINDS", "PolicyLossOutput", "agg_loss", "check_agg_mode", "check_kl_kind",
+    "AGG_MODES", "ADVANTAGE_MODES", "KL_KINDS", "PolicyLossOutput", "agg_loss",
     "dare_kl_penalty", "group_advantages", "grpo_outcome_advantage", "kl_estimate", "masked_mean", "model_logits",
     "policy_loss", "token_logprobs",
 ]

@@ -23,41 +23,25 @@ never masked, never scored. One pair per sequence (the paper's λ = 1): `mc_samp
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.coupled_grpo import CoupledGRPOConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     kl_estimate,
     policy_loss,
 )
-
-
-
-class CoupledGRPOConfig(AlgorithmConfig):
-    clip_eps: float = Field(0.5, gt=0, lt=1)  # DiffuCoder recipe: ε_low = ε_high = 0.5
-    # knob names as `config.CoupledGrpoKnobs`
-    t_min: float = Field(0.2, gt=0, lt=1)
-    t_max: float = Field(0.8, gt=0, lt=1)
-    pairs: int = Field(1, ge=1)  # λ complementary pairs per sample
-    random_masking: bool = True
-    kl_variant: Literal["standard", "dare"] = "standard"
 
 
 @register_algorithm
@@ -76,8 +60,6 @@ class CoupledGRPO(Algorithm):
         if c.pairs != 1:
             raise ConfigError(f"coupled_grpo: pairs={c.pairs} is not implemented; the official code and DARE use "
                               "one complementary pair per sample (λ = 1), which is what this plug-in computes")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "leave_one_out", "mean", "mean_std"):
             raise ConfigError(f"coupled_grpo: unknown advantage {c.advantage!r}")
 

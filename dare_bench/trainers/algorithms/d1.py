@@ -24,29 +24,24 @@ Where this follows DARE instead of upstream d1, it is a setting: `clip_ratio_c` 
 One deliberate difference from both: the model gets the batch's padding mask (upstream d1 calls the model without
 one; DARE packs sequences), so left-padded prompts do not attend to pad tokens.
 
-Knobs (`train.algorithm` in a reproduction YAML): p_mask_prompt, random_masking, kl_variant.
+Knobs (`train.algorithm` in a reproduction YAML, see `dare_bench/catalogue/knobs/d1.py`): p_mask_prompt, random_masking, kl_variant.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.d1 import D1Config
 from dare_bench.trainers.algorithms.common import (
     iteration_mask_seeds,
     agg_loss,
-    check_agg_mode,
-    check_kl_kind,
     dare_kl_penalty,
     group_advantages,
     kl_estimate,
@@ -54,14 +49,6 @@ from dare_bench.trainers.algorithms.common import (
     policy_loss,
     token_logprobs,
 )
-
-
-
-class D1Config(AlgorithmConfig):
-    clip_eps: float = Field(0.5, gt=0, lt=1)  # d1 train.yaml epsilon
-    p_mask_prompt: float = Field(0.15, ge=0, lt=1)
-    random_masking: bool = True
-    kl_variant: Literal["standard", "dare"] = "standard"
 
 
 @register_algorithm
@@ -75,8 +62,6 @@ class D1(Algorithm):
         if c.mc_samples != 1:
             raise ConfigError(f"d1 uses exactly one mask per sequence per iteration (mc_samples=1); got "
                               f"mc_samples={c.mc_samples}. Use an ELBO-based algorithm (bgpo, spg, ...) for more.")
-        check_agg_mode(c.loss_agg)
-        check_kl_kind(c.kl_estimator)
         if c.advantage not in (None, "mean", "mean_std"):
             raise ConfigError(f"d1 advantage must be 'mean' (d1) or 'mean_std' (DARE), got {c.advantage!r}")
 

@@ -30,16 +30,15 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.ebpo import EBPOConfig
 from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw, with_traits
 from dare_bench.trainers.algorithms.common import group_advantages
 
@@ -105,14 +104,6 @@ def ebpo_kl(sequence_elbo: torch.Tensor, ref_sequence_elbo: torch.Tensor, kind: 
     raise ConfigError(f"unknown EBPO KL estimator {kind!r}; expected one of {list(EBPO_KL)}")
 
 
-class EBPOConfig(AlgorithmConfig):
-    mc_samples: int = Field(16, ge=1)  # N MC rows (DARE: mc_num = n_l = 16)
-    n_l: int | None = Field(None, ge=1)  # rows stratified together; None = mc_samples
-    block_length: int | None = Field(None, ge=1)  # None = the backbone's block size
-    block_origin: str = "global"
-    kl_estimator: str = "k2"
-
-
 @register_algorithm
 class EBPO(Algorithm):
     name = "ebpo"
@@ -127,10 +118,6 @@ class EBPO(Algorithm):
         if c.block_length is not None and c.block_length != self.traits.block_size:
             raise ConfigError(f"ebpo: block_length {c.block_length} must match the backbone's block size "
                               f"{self.traits.block_size} (blocks of the composite are the attention blocks)")
-        if c.block_origin not in ("global", "response"):
-            raise ConfigError(f"ebpo: block_origin must be 'global' or 'response', got {c.block_origin!r}")
-        if c.kl_estimator not in EBPO_KL:
-            raise ConfigError(f"ebpo: unknown kl_estimator {c.kl_estimator!r}; expected one of {list(EBPO_KL)}")
         if not 0 < c.clip_eps < 1 or (c.clip_eps_high is not None and c.clip_eps_high <= 0):
             raise ConfigError(f"ebpo: need 0 < clip_eps < 1 and clip_eps_high > 0, got {c.clip_eps}, {c.clip_eps_high}")
         if c.advantage not in (None, "mean", "mean_std", "leave_one_out"):

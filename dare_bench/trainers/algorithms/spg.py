@@ -31,20 +31,17 @@ scored (SPG masks them as "after the completion" but they are hidden and exclude
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
-from pydantic import AliasChoices, Field
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
-    AlgorithmConfig,
     AlgorithmState,
     RolloutBatch,
     register_algorithm,
 )
+from dare_bench.catalogue.knobs.spg import SPGConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout
 from dare_bench.trainers.algorithms.common import group_advantages, iteration_mask_seeds
 
@@ -97,22 +94,6 @@ def spg_policy_loss(log_prob: torch.Tensor, advantages: torch.Tensor, response_m
     sequence_advantages = (advantages * response_mask).sum(dim=1) / completion_length.clamp_min(1)
     per_seq_loss = -sequence_advantages.unsqueeze(0) * log_prob.reshape(1, -1)
     return (per_seq_loss * completion_length.unsqueeze(0)).sum() / completion_length.sum().clamp_min(1)
-
-
-class SPGConfig(AlgorithmConfig):
-    # knob names as `config.SpgKnobs` (what reproduction YAMLs may set)
-    mc_samples: int = Field(2, ge=1)  # draws per sequence per iteration when `num_t` is unset
-    num_t: int | None = Field(None, ge=1)  # SPG's name for the draws per sequence per iteration (wins over mc_samples)
-    # `block_length` is accepted too (the name of SPG's `forward_process` argument)
-    mask_block_length: int = Field(32, ge=1, validation_alias=AliasChoices("mask_block_length", "block_length"))
-    p_mask_prompt: float = Field(0.15, ge=0, lt=1)
-    use_mask_prompt: bool = True
-    min_t: float = Field(0.0, ge=0, le=1)
-    max_t: float = Field(1.0, ge=0, le=1)
-    variant: Literal["elbo", "eubo", "mixture", "zero"] = "mixture"  # A <= 0 estimator (official logp_estimation)
-    eubo_beta: float = Field(1.5, gt=0)
-    mix_weight: float = Field(0.5, ge=0, le=1)
-    random_masking: bool = True
 
 
 @register_algorithm
