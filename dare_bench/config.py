@@ -36,8 +36,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dare_bench import catalogue
-from dare_bench.errors import ConfigError
 from dare_bench.catalogue.settings import KlEstimator, LossAgg
+from dare_bench.errors import ConfigError
 
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")

@@ -92,7 +92,8 @@ def peaked_init(model, seed: int = 0, head_scale: float = 10.0) -> None:
 
 def build_model(family: str, d_model: int, max_len: int, seed: int, device: str, dtype: str,
                 head_scale: float = 10.0):
-    from dare_bench.models.io import build_model as _build, resolve_dtype
+    from dare_bench.models.io import build_model as _build
+    from dare_bench.models.io import resolve_dtype
 
     model = _build(bench_config(family, d_model, max_len), device="cpu", source=f"bench {family}")
     peaked_init(model, seed, head_scale)

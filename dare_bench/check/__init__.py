@@ -72,9 +72,8 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import typer
 
-from dare_bench.fileio import DB_HELP
-
 from dare_bench.errors import ConfigError, DareBenchError, print_error
+from dare_bench.fileio import DB_HELP
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_SEEDS = 3

@@ -20,8 +20,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dare_bench.leaderboard import data
 from dare_bench.errors import DareBenchError
+from dare_bench.leaderboard import data
 
 MAX_RUNS_OVERLAID = 12  # beyond this an overlay is unreadable; the mean per algorithm is the view for many runs
 TTL_S = 30  # new runs show up within this long, without hammering the database on every widget change

@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+# Importing the family modules registers their FamilySpec and presets; done here, at the top, so the registries are
+# complete whenever anything in dare_bench.models has been imported (Python runs this file first).
+from dare_bench.models import dream, llada, llada2, sdar  # noqa: F401
 from dare_bench.models.base import (  # noqa: F401
     DiffusionLM,
     KVCache,
@@ -16,11 +19,6 @@ from dare_bench.models.base import (  # noqa: F401
 )
 from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
 from dare_bench.models.io import from_config, load_pretrained, load_tokenizer  # noqa: F401
-
-# Importing the family modules registers their FamilySpec and presets; done here, at the top, so the registries are
-# complete whenever anything in dare_bench.models has been imported (Python runs this file first).
-from dare_bench.models import dream, llada, llada2, sdar  # noqa: F401
-
 
 
 def _import_families() -> None:

@@ -51,8 +51,8 @@ from torch.utils.checkpoint import checkpoint
 
 from dare_bench.errors import CheckpointError
 from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
-from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.block import resolve_attention, skip_init_on_meta
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import RMSNorm, SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.presets import register_preset
 

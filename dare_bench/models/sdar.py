@@ -38,8 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
-from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.block import resolve_attention, skip_init_on_meta
+from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.presets import register_preset
 

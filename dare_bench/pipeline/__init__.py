@@ -33,9 +33,20 @@ import time
 import traceback
 from pathlib import Path
 
+from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, _hash, _tokenizer_fingerprint, build_base, load_base  # noqa: F401
+
 # What callers imported from the flat pipeline.py is importable from here as before.
 from dare_bench.pipeline.context import Base, Log, RunContext
-from dare_bench.pipeline.summary import ReproduceResult, sparkline, summary_lines
+from dare_bench.pipeline.evaluation import (
+    _cached_base_eval,  # noqa: F401  (imported from here by callers)
+    _mid_training_eval,  # noqa: F401  (imported from here by callers)
+    _new_uid,  # noqa: F401  (imported from here by callers)
+    evaluate_base,
+    evaluate_final,
+    evaluate_model,
+    sampler_preset_from_config,
+)
+from dare_bench.pipeline.examples import preference_pairs, sft_examples
 from dare_bench.pipeline.plan import (
     _answer_length,  # noqa: F401  (imported from here by callers)
     _check_algorithm_backbone,  # noqa: F401  (imported from here by callers)
@@ -49,20 +60,8 @@ from dare_bench.pipeline.plan import (
     paper_plan,
     resolve,
 )
-from dare_bench.pipeline.examples import preference_pairs, sft_examples
-from dare_bench.pipeline.base_cache import (  # noqa: F401
-    BASE_RECIPE_VERSION, _hash, _tokenizer_fingerprint, build_base, load_base)
-from dare_bench.pipeline.evaluation import (
-    _cached_base_eval,  # noqa: F401  (imported from here by callers)
-    _mid_training_eval,  # noqa: F401  (imported from here by callers)
-    _new_uid,  # noqa: F401  (imported from here by callers)
-    evaluate_base,
-    evaluate_final,
-    evaluate_model,
-    sampler_preset_from_config,
-)
+from dare_bench.pipeline.summary import ReproduceResult, sparkline, summary_lines
 from dare_bench.pipeline.train import save_final_model, train
-
 
 # --------------------------------------------------------------------------------------------------- main entry
 

@@ -18,7 +18,6 @@ from dare_bench.errors import DataError
 from dare_bench.tasks.base import GraderFn, Item, Task
 from dare_bench.tasks.graders import d1, dare, strict
 
-
 # d1's eval/gsm8k.py instruction (zero-shot: instruction + "\n\n" + question)
 D1_EVAL_PROMPT = (
     "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the final answer "

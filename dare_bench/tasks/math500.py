@@ -16,7 +16,6 @@ from dare_bench.tasks.base import GraderFn, Item, Task
 from dare_bench.tasks.graders import d1, dare, strict
 from dare_bench.tasks.graders.dare import extract_answer
 
-
 # d1's eval/math500.py instruction; the stray '" ' after </answer> is in the original
 D1_EVAL_PROMPT = (
     "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the final answer "

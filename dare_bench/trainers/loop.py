@@ -47,10 +47,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from dare_bench.catalogue.settings import algorithm_settings
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
-from dare_bench.catalogue.settings import algorithm_settings
-from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
@@ -68,6 +67,7 @@ from dare_bench.trainers.distributed import (
     init_distributed,
     shard_rows,
 )
+from dare_bench.trainers.lora import apply_lora
 
 MetricsSink = Callable[[int, dict[str, float]], Any]
 # Metrics that measure the machine, not the run: they differ between a resumed and an uninterrupted run.

@@ -9,9 +9,9 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import pytest
+from check_fakes import NAME, add_run, config, write_baseline
 from typer.testing import CliRunner
 
-from check_fakes import NAME, add_run, config, write_baseline
 from dare_bench.cli import app
 
 

@@ -19,6 +19,7 @@ import torch
 
 from dare_bench.diffusion.likelihood import coupled_token_logprobs_from_logits, d1_token_logprobs_from_logits
 from dare_bench.diffusion.masking import MaskDraw, prompt_response_masks
+
 from testpaths import LOSSES
 
 FOLDER = LOSSES / "coupled_d1_logprob"

@@ -18,12 +18,12 @@ from torch import nn
 
 from dare_bench.diffusion.likelihood import (
     aligned_logits,
-    elbo_term_from_logits,
     block_sums,
     coupled_token_logprobs,
     d1_token_logprobs,
     elbo,
     elbo_term,
+    elbo_term_from_logits,
     masked_token_terms,
     token_logprobs,
 )
@@ -41,8 +41,9 @@ from dare_bench.diffusion.masking import (
     stratified_masks,
 )
 from dare_bench.errors import ConfigError, DataError
-from testpaths import LOSSES
 from dare_bench.models.base import ModelTraits
+
+from testpaths import LOSSES
 
 V = 3  # real tokens 0..2; the mask id is 3
 MASK = V

@@ -23,6 +23,7 @@ from dare_bench.diffusion.masking import (
     stratified_masks,
 )
 from dare_bench.errors import ConfigError, DareBenchError, DataError
+
 from testpaths import LOSSES
 
 MASK = 99

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dare_bench.cli import app
+
 from testpaths import DARE_DATA
 
 runner = CliRunner()

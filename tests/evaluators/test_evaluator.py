@@ -284,10 +284,11 @@ def test_a_decode_that_never_finishes_fails_its_items_only(tok):
 def test_the_preset_follows_what_the_checkpoint_is_not_its_size(tmp_path):
     """A shrunk real checkpoint (80M parameters, real tokenizer + chat template) gets the paper preset; a tiny
     replica with a task tokenizer gets `tiny`."""
-    from testpaths import CHECKPOINTS
     from dare_bench.evaluators.evaluator import load_model, resolve_preset
     from dare_bench.models.shrink import shrink_checkpoint
     from dare_bench.tasks import get_task
+
+    from testpaths import CHECKPOINTS
 
     task = get_task("gsm8k")
     shrink_checkpoint(CHECKPOINTS / "Dream-v0-Instruct-7B", tmp_path / "dream")

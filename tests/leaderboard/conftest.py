@@ -5,10 +5,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lb_helpers import add_run  # noqa: E402
-
 from dare_bench.registry import load_registry  # noqa: E402
 from dare_bench.store import Store  # noqa: E402
+
+from lb_helpers import add_run  # noqa: E402
 
 
 @pytest.fixture(scope="session")

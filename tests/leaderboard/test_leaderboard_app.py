@@ -1,8 +1,9 @@
 """The Streamlit app under streamlit.testing (no server, no browser) on databases written by the store."""
 
 import pytest
-from lb_helpers import APP
 from streamlit.testing.v1 import AppTest
+
+from lb_helpers import APP
 
 
 def _app(monkeypatch, url: str) -> AppTest:

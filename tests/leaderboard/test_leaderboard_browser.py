@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from lb_helpers import REPO, add_run, free_port, wait_healthy
 
 from dare_bench.registry import load_registry
 from dare_bench.store import Store
+
+from lb_helpers import REPO, add_run, free_port, wait_healthy
 
 pytestmark = pytest.mark.browser
 

@@ -5,13 +5,14 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from lb_helpers import add_run, config
 from typer.testing import CliRunner
 
-from dare_bench.leaderboard import data as L
 from dare_bench.cli import app
 from dare_bench.errors import StoreError
+from dare_bench.leaderboard import data as L
 from dare_bench.store import EvaluationRecord, Store
+
+from lb_helpers import add_run, config
 
 
 def _cell(cells, algorithm, task="sudoku"):

@@ -6,10 +6,11 @@ and the app has to be asked to include them.
 """
 
 import pytest
-from lb_helpers import APP
 from streamlit.testing.v1 import AppTest
 
 from dare_bench.leaderboard import data as L
+
+from lb_helpers import APP
 
 SHRINK = ["base.steps=4", "base.start_step=4", "base.checkpoint_every=4", "base.batch_size=4",
           "base.warmup_steps=1", "eval.limit=4", "eval.batch_size=4"]

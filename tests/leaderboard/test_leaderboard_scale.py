@@ -9,11 +9,12 @@ import sqlite3
 import time
 
 import pytest
-from lb_helpers import APP
 from streamlit.testing.v1 import AppTest
 
 from dare_bench.leaderboard import data as L
 from dare_bench.store import Store
+
+from lb_helpers import APP
 
 N_RUNS = 10_000
 STEPS = 100  # x N_RUNS = 1,000,000 metric rows

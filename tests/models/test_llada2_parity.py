@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 
-from testpaths import CHECKPOINTS, PARITY
 from dare_bench.errors import CheckpointError
 from dare_bench.models import detect_family, from_config, load_pretrained
 from dare_bench.models.block import (
@@ -16,6 +15,8 @@ from dare_bench.models.block import (
     inference_block_causal_mask,
     training_forward,
 )
+
+from testpaths import CHECKPOINTS, PARITY
 
 ATOL = RTOL = 1e-4
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from testpaths import CHECKPOINTS, PARITY
 from dare_bench.errors import CheckpointError, ConfigError
 from dare_bench.models import from_config, load_pretrained
 from dare_bench.models.io import save_pretrained
 from dare_bench.models.presets import preset_config, preset_for_tokenizer
+
+from testpaths import CHECKPOINTS, PARITY
 
 FIXTURE = {"llada": PARITY / "llada", "dream": PARITY / "dream"}
 PRESET = {"llada": "tiny-llada", "dream": "tiny-dream"}

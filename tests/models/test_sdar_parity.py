@@ -9,10 +9,11 @@ import json
 import pytest
 import torch
 
-from testpaths import CHECKPOINTS, PARITY
 from dare_bench.errors import CheckpointError
 from dare_bench.models import detect_family, from_config, load_pretrained
 from dare_bench.models.block import packed_training_forward, sdar_bd_loss, sdar_packed_layout
+
+from testpaths import CHECKPOINTS, PARITY
 
 ATOL = RTOL = 1e-4
 

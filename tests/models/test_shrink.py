@@ -7,10 +7,11 @@ import re
 import pytest
 import torch
 
-from testpaths import CHECKPOINTS
 from dare_bench.errors import CheckpointError
 from dare_bench.models.io import load_pretrained, load_tokenizer
 from dare_bench.models.shrink import shrink_checkpoint, shrunk_config
+
+from testpaths import CHECKPOINTS
 
 REAL = ["LLaDA-8B-Instruct", "Dream-v0-Instruct-7B", "SDAR-4B-Chat", "SDAR-30B-A3B-Chat", "LLaDA2.0-mini"]
 IDS = ("mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id", "vocab_size", "embedding_size")

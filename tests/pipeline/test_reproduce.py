@@ -7,8 +7,9 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from testpaths import PARITY
 from dare_bench.cli import app
+
+from testpaths import PARITY
 
 
 def _run(*args):

@@ -8,7 +8,7 @@ import pytest
 
 from dare_bench import catalogue
 from dare_bench.errors import ConfigError
-from dare_bench.registry import get, load_registry
+from dare_bench.registry import get
 
 DEFAULTS = Path(__file__).resolve().parents[2] / "dare_bench" / "reproductions" / "_defaults"
 

@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from testpaths import RESEARCH_NOTES
 from dare_bench import catalogue
 from dare_bench.registry import load_registry
+
+from testpaths import RESEARCH_NOTES
 
 DOC = RESEARCH_NOTES
 COLUMN = {"Baseline": "baseline", "d1": "d1", "Coupled-GRPO": "coupled-grpo", "VRPO": "vrpo", "CJ-GRPO": "cj-grpo",

@@ -14,7 +14,6 @@ from dare_bench.errors import ConfigError
 from dare_bench.tasks import get_task
 from dare_bench.tasks.base import Item
 
-
 HE_PROMPT = 'from typing import List\n\n\ndef add(x: int, y: int) -> int:\n    """Add two numbers."""\n'
 HE = Item(0, [{"role": "user", "content": "Complete the following python code:\n" + HE_PROMPT}],
           "\n\nMETADATA = {}\n\n\ndef check(candidate):\n    assert candidate(1, 2) == 3\n"

@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from testpaths import CHECKPOINTS, DARE_DATA
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.tasks import get_task
 from dare_bench.tasks.base import Item
 from dare_bench.tasks.tokenizer import build_task_tokenizer
+
+from testpaths import CHECKPOINTS, DARE_DATA
 
 
 @pytest.fixture

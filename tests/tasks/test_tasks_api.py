@@ -5,11 +5,12 @@ import time
 
 import pytest
 
-from testpaths import DARE_DATA
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.tasks import get_task, list_tasks
 from dare_bench.tasks.base import Item, parse_hf_source
 from dare_bench.tasks.generators import count_sudoku_solutions, generate_countdown, generate_sudoku, sudoku_is_solution
+
+from testpaths import DARE_DATA
 
 ALL = ["countdown", "gsm8k", "humaneval", "math500", "mbpp", "sudoku"]
 

@@ -18,6 +18,7 @@ import torch
 
 from dare_bench.trainers.checkpoint import STATE_FILE, latest_checkpoint, list_checkpoints, save_checkpoint
 from dare_bench.trainers.loop import TIMING_KEYS, RLRunOptions, train_rl
+
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
 
 

@@ -6,13 +6,14 @@ import json
 import pytest
 import torch
 
-from testpaths import LOSSES
 from dare_bench.diffusion.sampling import generate
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.models.base import ModelTraits, shift_logits
 from dare_bench.trainers.algorithms import RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.cj_grpo import collapse_step_logprobs, split_trajectory
+
 from rl_fakes import EOS, MASK, PAD, micro_llada
+from testpaths import LOSSES
 
 
 def _micro_block(family: str, seed: int = 0):

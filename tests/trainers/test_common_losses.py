@@ -17,7 +17,6 @@ import math
 import pytest
 import torch
 
-from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.common import (
     agg_loss,
@@ -27,6 +26,8 @@ from dare_bench.trainers.algorithms.common import (
     kl_estimate,
     policy_loss,
 )
+
+from testpaths import LOSSES
 
 
 def _load(folder):

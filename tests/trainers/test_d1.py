@@ -5,11 +5,12 @@ import json
 import pytest
 import torch
 
-from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_algorithm
+
 from rl_fakes import EOS, MASK, PAD, micro_llada
+from testpaths import LOSSES
 
 
 @pytest.fixture(autouse=True)
@@ -177,7 +178,7 @@ def test_official_d1_estimator_and_loss_fixture():
     x = {k: T[v["key"]] for k, v in case["inputs"].items()}
     out = {k: T[v["key"]] for k, v in case["outputs"].items()}
     args = case["call_args"]
-    p, r = args["prompt_len"], x["advantages"].shape[1]
+    p = args["prompt_len"]
     traits = ModelTraits(family="llada", mask_token_id=args["MASK_TOKEN_ID"], eos_token_id=6, pad_token_id=6,
                          logit_shift=0, attention="bidirectional")
     algo = get_algorithm("d1")({"clip_eps": args["cliprange"], "clip_ratio_c": args["clip_ratio_c"],

@@ -5,12 +5,13 @@ import json
 import pytest
 import torch
 
-from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.ebpo import composite_elbo, ebpo_kl, ebpo_policy_loss
+
 from rl_fakes import EOS, MASK, PAD, toy_rollout_batch
+from testpaths import LOSSES
 
 BLOCK = ModelTraits(family="sdar", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                     attention="block_causal", block_size=4)

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from dare_bench import catalogue
-from dare_bench.trainers.algorithms import get_algorithm
 from dare_bench.catalogue.settings import SHARED_TRAIN_FIELDS, AlgorithmConfig
+from dare_bench.trainers.algorithms import get_algorithm
 from dare_bench.trainers.loop import RLRunOptions, train_rl
+
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 
 PLUGINS = [spec.name for spec in catalogue.algorithms().values() if spec.plugin is not None]

@@ -18,6 +18,7 @@ from dare_bench.trainers.loop import (
     rollout_settings,
     train_rl,
 )
+
 from rl_fakes import EOS, CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 
 

@@ -7,11 +7,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.preference import (
-    PreferenceConfig, PreferencePair, dpo_loss, interleave_pairs, train_preference, vrpo_loss,
+    PreferenceConfig,
+    PreferencePair,
+    dpo_loss,
+    interleave_pairs,
+    train_preference,
+    vrpo_loss,
 )
+
+from testpaths import LOSSES
 
 FIXTURE = LOSSES / "dpo_vrpo"
 

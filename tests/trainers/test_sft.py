@@ -9,7 +9,13 @@ from torch import nn
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.sft import (
-    LoraSettings, SFTConfig, SFTExample, collate, draw_sft_noise, sft_loss, train_sft,
+    LoraSettings,
+    SFTConfig,
+    SFTExample,
+    collate,
+    draw_sft_noise,
+    sft_loss,
+    train_sft,
 )
 
 

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from testpaths import LOSSES
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.spg import spg_policy_loss, spg_sequence_logps
+
 from rl_fakes import EOS, MASK, PAD, micro_llada, toy_rollout_batch
+from testpaths import LOSSES
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                      attention="bidirectional")

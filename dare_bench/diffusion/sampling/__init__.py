@@ -30,6 +30,14 @@ the official order and shape, so seeded fixture cases match too. The deliberate 
 kept on purpose are listed in each family module's docstring and commented at the code that reproduces them.
 """
 
+from dare_bench.diffusion.sampling.block import (  # registers "block"
+    BLOCK_CONVENTIONS,
+    DEFAULT_BLOCK_CONVENTION,
+    REMASKING_STRATEGIES,
+    BlockSettings,
+    Llada2Settings,
+    SdarSettings,
+)
 from dare_bench.diffusion.sampling.core import (
     SAMPLER_REGISTRY,
     GenerationOutput,
@@ -42,16 +50,8 @@ from dare_bench.diffusion.sampling.core import (
     resolve_settings,
     sampler_for,
 )
-from dare_bench.diffusion.sampling.llada import REMASKING, LladaSettings  # registers "llada"
 from dare_bench.diffusion.sampling.dream import DREAM_ALGS, DREAM_CALL_DEFAULTS, DreamSettings  # registers "dream"
-from dare_bench.diffusion.sampling.block import (  # registers "block"
-    BLOCK_CONVENTIONS,
-    DEFAULT_BLOCK_CONVENTION,
-    REMASKING_STRATEGIES,
-    BlockSettings,
-    Llada2Settings,
-    SdarSettings,
-)
+from dare_bench.diffusion.sampling.llada import REMASKING, LladaSettings  # registers "llada"
 
 SAMPLERS = tuple(SAMPLER_REGISTRY)
 

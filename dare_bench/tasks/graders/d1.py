@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+
 from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.graders import hendrycks as H
 from dare_bench.tasks.graders.safe_eval import python_arith_eval

@@ -20,8 +20,6 @@ read through two independent forks, SimonCao1207/d1 and xiaohangt/wd1, which agr
 
 from __future__ import annotations
 
-import re
-
 # ---------------------------------------------------------------------------------------------- shared normalisation
 
 

@@ -18,4 +18,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AlgorithmConfig", *_BASE_NAMES]
+__all__ = ["AlgorithmConfig", "ALGORITHMS", "Algorithm", "AlgorithmState", "RolloutBatch", "get_algorithm",
+           "list_algorithms", "register_algorithm"]  # = _BASE_NAMES, spelled out for static tools

@@ -40,9 +40,9 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ValidationError
 
+from dare_bench.catalogue.settings import AlgorithmConfig
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
-from dare_bench.catalogue.settings import AlgorithmConfig
 
 
 @dataclass

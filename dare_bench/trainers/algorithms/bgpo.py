@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import torch
 
+from dare_bench.catalogue.knobs.bgpo import BGPOConfig
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -44,7 +45,6 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.bgpo import BGPOConfig
 from dare_bench.trainers.algorithms.common import (
     PolicyLossOutput,
     agg_loss,
@@ -52,7 +52,6 @@ from dare_bench.trainers.algorithms.common import (
     group_advantages,
     masked_mean,
 )
-
 
 # --- batch layout shared by the ELBO-based plug-ins (bgpo, ebpo, spg, coupled_grpo) ------------------------------
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from dare_bench.catalogue.knobs.cj_grpo import CJGRPOConfig
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -45,7 +46,6 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.cj_grpo import CJGRPOConfig
 from dare_bench.trainers.algorithms.common import (
     group_advantages,
     kl_estimate,
@@ -53,7 +53,6 @@ from dare_bench.trainers.algorithms.common import (
     policy_loss,
     token_logprobs,
 )
-
 
 # --- trajectories -------------------------------------------------------------------------------------------------
 

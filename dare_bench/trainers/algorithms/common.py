@@ -24,8 +24,8 @@ from typing import Hashable, Sequence
 
 import torch
 
-from dare_bench.errors import ConfigError
 from dare_bench.catalogue.settings import AGG_MODES, KL_KINDS
+from dare_bench.errors import ConfigError
 
 ADVANTAGE_MODES = ("mean", "mean_std", "leave_one_out")
 # short aliases accepted by `group_advantages`

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from dare_bench.catalogue.knobs.coupled_grpo import CoupledGRPOConfig
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -32,13 +33,12 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.coupled_grpo import CoupledGRPOConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout, with_traits
 from dare_bench.trainers.algorithms.common import (
-    iteration_mask_seeds,
     agg_loss,
     dare_kl_penalty,
     group_advantages,
+    iteration_mask_seeds,
     kl_estimate,
     policy_loss,
 )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from dare_bench.catalogue.knobs.d1 import D1Config
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -38,12 +39,11 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.d1 import D1Config
 from dare_bench.trainers.algorithms.common import (
-    iteration_mask_seeds,
     agg_loss,
     dare_kl_penalty,
     group_advantages,
+    iteration_mask_seeds,
     kl_estimate,
     model_logits,
     policy_loss,

@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from dare_bench.catalogue.knobs.ebpo import EBPOConfig
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -38,7 +39,6 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.ebpo import EBPOConfig
 from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw, with_traits
 from dare_bench.trainers.algorithms.common import group_advantages
 

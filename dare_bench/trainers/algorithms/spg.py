@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from dare_bench.catalogue.knobs.spg import SPGConfig
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms.base import (
     Algorithm,
@@ -41,7 +42,6 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.catalogue.knobs.spg import SPGConfig
 from dare_bench.trainers.algorithms.bgpo import elbo_layout
 from dare_bench.trainers.algorithms.common import group_advantages, iteration_mask_seeds
 
