@@ -284,7 +284,8 @@ class ReproductionSpec(Strict):
         for scale, prof in self.scales.items():
             if prof.train.kind != spec.kind:
                 raise ValueError(
-                    f"scales.{scale}.train.kind: {self.algorithm} trains with kind {spec.kind!r}, not {prof.train.kind!r}"
+                    f"scales.{scale}.train.kind: {self.algorithm} trains with kind {spec.kind!r}, "
+                    f"not {prof.train.kind!r}"
                 )
             if scale in ("paper", "official") and prof.model.checkpoint is None:
                 raise ValueError(f"scales.{scale}.model: this scale must start from a real `checkpoint`")
@@ -300,7 +301,9 @@ class ReproductionSpec(Strict):
         for i, r in enumerate(self.reported):
             key = (r.table, r.metric, json.dumps(r.settings, sort_keys=True))
             if key in seen:
-                raise ValueError(f"reported.{i}: a second score for table {r.table!r}, metric {r.metric!r}, same settings")
+                raise ValueError(
+                    f"reported.{i}: a second score for table {r.table!r}, metric {r.metric!r}, same settings"
+                )
             seen.add(key)
         return self
 

@@ -134,7 +134,8 @@ def _setup(cfg):
                 mount(work, work, None, MS_BIND)
             # Everything read-only (one recursive mount_setattr), then the working directory writable again.
             class _Attr(ctypes.Structure):
-                _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("prop", ctypes.c_uint64), ("userns", ctypes.c_uint64)]
+                _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64), ("prop", ctypes.c_uint64), ''' \
+r'''("userns", ctypes.c_uint64)]
             ro = _Attr(1, 0, 0, 0)
             _check(libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(ro), ctypes.sizeof(ro)), "mount_setattr /")
             rw = _Attr(0, 1, 0, 0)

@@ -38,4 +38,5 @@ def pytest_runtest_makereport(item, call):
         return
     reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = f"skipped under DARE_BENCH_FAIL_ON_SKIP=1 (only {', '.join(ALLOWED_SKIP_MARKERS)} tests may skip): {reason}"
+    report.longrepr = (f"skipped under DARE_BENCH_FAIL_ON_SKIP=1 "
+                       f"(only {', '.join(ALLOWED_SKIP_MARKERS)} tests may skip): {reason}")

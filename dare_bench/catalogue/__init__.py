@@ -20,7 +20,8 @@ what loads is what runs. Algorithms without a plug-in (evaluation only, SFT / Lo
 plug-in does not exist yet) are declared below with their knob schemas.
 
 Adding an RL algorithm `foo`: `dare_bench/catalogue/knobs/foo.py` (Config + ALGORITHM),
-`dare_bench/trainers/algorithms/foo.py` (the plug-in), its test, `reproductions/_defaults/algorithms/foo.yaml` and the reproduction YAMLs. Nothing else.
+`dare_bench/trainers/algorithms/foo.py` (the plug-in), its test, `reproductions/_defaults/algorithms/foo.yaml` and the
+reproduction YAMLs. Nothing else.
 """
 
 from __future__ import annotations

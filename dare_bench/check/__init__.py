@@ -10,7 +10,7 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
     dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
                                                              # keeping the overrides it pins (-o key=value: new ones)
-    git diff dare_bench/reproductions/baselines/                        # review the recorded change before committing it
+    git diff dare_bench/reproductions/baselines/             # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
 

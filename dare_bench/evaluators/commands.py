@@ -67,20 +67,35 @@ def register(app: typer.Typer) -> None:
     def eval_command(
         model: str = typer.Option(..., "--model", help="Checkpoint directory or model preset (tiny-llada, ...)."),
         task: str = typer.Option(..., "--task", help="Task name (sudoku, countdown, gsm8k, math500, humaneval, mbpp)."),
-        preset: Optional[str] = typer.Option(None, "--preset", help="Sampler preset (default: pinned per backbone x task; `tiny` for tiny models)."),
+        preset: Optional[str] = typer.Option(
+            None, "--preset", help="Sampler preset (default: pinned per backbone x task; `tiny` for tiny models)."
+        ),
         limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate the first N items only (smoke runs)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object: task, model, preset, metrics, items."),
+        as_json: bool = typer.Option(
+            False, "--json", help="Print one JSON object: task, model, preset, metrics, items."
+        ),
         engine: str = typer.Option("native", "--engine", help="native | opencompass"),
         grader: Optional[str] = typer.Option(None, "--grader", help="Task grader (default: the task's own default)."),
-        data: Optional[str] = typer.Option(None, "--data", help="Data source (file, generator[:seed], hf:id@rev); default: the task's test split."),
+        data: Optional[str] = typer.Option(
+            None, "--data", help="Data source (file, generator[:seed], hf:id@rev); default: the task's test split."
+        ),
         split: str = typer.Option("test", "--split"),
         seed: int = typer.Option(0, "--seed"),
         batch_size: Optional[int] = typer.Option(None, "--batch-size"),
         device: str = typer.Option("cpu", "--device"),
         dtype: str = typer.Option("float32", "--dtype"),
-        output: Optional[Path] = typer.Option(None, "--output", help="Also write the full evaluation report (with completions) to this JSON file (a report, not an `ingest` result file)."),
-        work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="OpenCompass work directory (engine opencompass)."),
-        overrides: list[str] = typer.Option([], "--set", help="Override a sampler setting of the preset: key=value (repeatable), e.g. --set gen_length=64."),
+        output: Optional[Path] = typer.Option(
+            None, "--output",
+            help="Also write the full evaluation report (with completions) to this JSON file "
+                 "(a report, not an `ingest` result file).",
+        ),
+        work_dir: Optional[Path] = typer.Option(
+            None, "--work-dir", help="OpenCompass work directory (engine opencompass)."
+        ),
+        overrides: list[str] = typer.Option(
+            [], "--set",
+            help="Override a sampler setting of the preset: key=value (repeatable), e.g. --set gen_length=64.",
+        ),
     ) -> None:
         """Evaluate a backbone on a task with a pinned sampler preset; print metrics (and items with --json)."""
         try:
@@ -123,8 +138,12 @@ def register(app: typer.Typer) -> None:
     @app.command("score")
     def score_command(
         task: str = typer.Option(..., "--task", help="Task name."),
-        predictions: Path = typer.Option(..., "--predictions", help='JSONL: {"index": int, "completion": str} per line.'),
-        data: Optional[str] = typer.Option(None, "--data", help="File whose rows the indices refer to (default: the task's standard test split)."),
+        predictions: Path = typer.Option(
+            ..., "--predictions", help='JSONL: {"index": int, "completion": str} per line.'
+        ),
+        data: Optional[str] = typer.Option(
+            None, "--data", help="File whose rows the indices refer to (default: the task's standard test split)."
+        ),
         grader: Optional[str] = typer.Option(None, "--grader", help="Task grader (default: the task's own default)."),
         as_json: bool = typer.Option(False, "--json", help='Print {"task", "items", "metrics"} as one JSON object.'),
     ) -> None:

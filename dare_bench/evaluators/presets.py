@@ -45,7 +45,8 @@ class SamplerPreset:
                 "notes": self.notes}
 
 
-_D1 = "algorithms.md §3: d1 eval/eval.py + run_eval.sh (gen_length in {128,256,512}, steps = gen_length/2, block 32, T=0)"
+_D1 = ("algorithms.md §3: d1 eval/eval.py + run_eval.sh (gen_length in {128,256,512}, steps = gen_length/2, "
+       "block 32, T=0)")
 _DARE = ("algorithms.md §6: DARE MDLM recipes (recipe/llada/run_bgpo_llada_8b_instruct.sh), validation greedy (T=0) "
          "with steps = response length; block_length 32")
 

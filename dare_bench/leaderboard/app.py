@@ -221,7 +221,8 @@ def main() -> None:
             for i, metric in enumerate(shown):
                 chart = (alt.Chart(curves.dropna(subset=[metric]))
                          .mark_line(point=len(curves) < 60)
-                         .encode(x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1)), y=alt.Y(f"{metric}:Q", title=CURVE_LABELS[metric]),
+                         .encode(x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1)),
+                                 y=alt.Y(f"{metric}:Q", title=CURVE_LABELS[metric]),
                                  color=alt.Color(f"{series}:N"), tooltip=[series, "step", metric])
                          .properties(title=CURVE_LABELS[metric], height=240))
                 cols[i % 2].altair_chart(chart, width="stretch")

@@ -56,7 +56,8 @@ def bd3_attention_mask(seq_len: int, block_size: int, device=None) -> torch.Tens
 
 def inference_block_causal_mask(q_len: int, k_len: int | None = None, block_size: int = 4, q_offset: int = 0,
                                 device=None) -> torch.Tensor:
-    """Bool `[1, 1, q_len, k_len]`: query at absolute position `q_offset + i` sees key j iff j // b <= (q_offset+i) // b.
+    """Bool `[1, 1, q_len, k_len]`: query at absolute position `q_offset + i` sees key j
+    iff j // b <= (q_offset+i) // b.
 
     With a KV cache of P positions the new queries start at `q_offset = P` and `k_len = P + q_len`, so every cached
     committed block is fully visible and the current block is bidirectional.

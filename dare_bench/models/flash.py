@@ -7,7 +7,8 @@ packed rows one group per segment, block-causal masks one group per block; queri
 sdpa backend does. Without a mask it is plain `flash_attn_func`. Exactness vs sdpa is tested by
 `tests/models/test_mdlm_backbones.py::test_flash_attn_backend_matches_sdpa` (marker `gpu`).
 
-    model.set_attention_backend("flash_attn")     # needs CUDA, bfloat16/float16 weights, `pip install 'dare-bench[gpu]'`
+    # needs CUDA, bfloat16/float16 weights, `pip install 'dare-bench[gpu]'`
+    model.set_attention_backend("flash_attn")
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Numerics follow the official code: RMSNorm computes in float32, casts back to the input dtype and then multiplies
 by the weight; rotary angles are computed in float32. Attention backends: `sdpa` (default, CPU and GPU),
-`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask, GPU); optional ones are imported lazily.
+`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask, GPU); optional
+ones are imported lazily.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class RMSNorm(nn.Module):
 
 def rotary_cos_sin(position_ids: torch.Tensor, rot_dim: int, theta: float, dtype: torch.dtype):
     """cos/sin `[B, L, rot_dim]` for rotate-half RoPE (angles in float32, then cast to `dtype`)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64, device=position_ids.device).float() / rot_dim))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, rot_dim, 2, dtype=torch.int64, device=position_ids.device).float() / rot_dim)
+    )
     angles = position_ids.float()[..., None] * inv_freq  # [B, L, rot/2]
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -1,4 +1,5 @@
-"""Reproduction registry: `dare_bench/reproductions/<algorithm>-<backbone>-<task>.yaml`, validated into ReproductionSpecs.
+"""Reproduction registry: `dare_bench/reproductions/<algorithm>-<backbone>-<task>.yaml`, validated into
+ReproductionSpecs.
 
     from dare_bench.registry import get, load_registry
     spec = get("bgpo-llada-sudoku")

@@ -37,7 +37,8 @@ def catalogue_payload() -> dict:
     return {
         "algorithms": [{"name": a.name, "kind": a.kind, "plugin": a.plugin, "knobs": list(a.knob_names)}
                        for a in catalogue.algorithms().values()],
-        "backbones": [{"name": b.name, "diffusion": b.diffusion, "attention": b.attention} for b in catalogue.BACKBONES],
+        "backbones": [{"name": b.name, "diffusion": b.diffusion, "attention": b.attention}
+                      for b in catalogue.BACKBONES],
         "tasks": list(catalogue.task_names()),
     }
 
@@ -137,7 +138,8 @@ def register(app: typer.Typer) -> None:
         typer.echo("\nreported scores:" if spec.reported else "\nreported scores: none")
         for r in spec.reported:
             extra = ", ".join(f"{k}={v}" for k, v in r.settings.items())
-            typer.echo(f"  {r.value:g} {r.metric}  [{r.table}]  source: {r.source.cite()}" + (f"  ({extra})" if extra else ""))
+            typer.echo(f"  {r.value:g} {r.metric}  [{r.table}]  source: {r.source.cite()}"
+                       + (f"  ({extra})" if extra else ""))
             if r.note:
                 typer.echo(f"      note: {r.note}")
         for k, v in scales.items():

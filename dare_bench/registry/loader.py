@@ -222,7 +222,9 @@ def load_file(path: str | Path, directory: str | Path | None = None) -> Reproduc
     for key in ("algorithm", "backbone", "task"):
         value = own.data.get(key)
         if not isinstance(value, str):
-            raise ConfigError(f"{own.where.get((key,), f'{path}:1')}: `{key}` must be set (a string) in the file itself")
+            raise ConfigError(
+                f"{own.where.get((key,), f'{path}:1')}: `{key}` must be set (a string) in the file itself"
+            )
         ident[key] = value
     layers = [doc for p in layer_paths(directory, **ident) if (doc := _layer(p)) is not None]
     layers = [Document(_fill(doc.data, {**ident, "name": own.data.get("name", "")}), doc.where) for doc in layers]
@@ -328,7 +330,9 @@ class Registry:
         loaded = [(path, load_file(path, self.directory)) for path in sorted(self.directory.glob("*.yaml"))]
         for path, spec in loaded:
             if spec.name in self.specs:
-                raise ConfigError(f"{path}: duplicate reproduction name {spec.name!r} (also in {self.files[spec.name]})")
+                raise ConfigError(
+                    f"{path}: duplicate reproduction name {spec.name!r} (also in {self.files[spec.name]})"
+                )
             self.specs[spec.name] = spec
             self.files[spec.name] = path
         for path, spec in loaded:

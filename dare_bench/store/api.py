@@ -365,7 +365,8 @@ def _metric_row(step: int, metrics: dict[str, Any]) -> StepMetric:
         else:
             v = _num(key, value)
             extra[key] = v if v is not None or value is None else str(value)
-    return StepMetric(step=step, stage_seconds_json=_dumps(stages), extra_json=_dumps(extra), logged_at=utcnow(), **cols)
+    return StepMetric(step=step, stage_seconds_json=_dumps(stages), extra_json=_dumps(extra), logged_at=utcnow(),
+                      **cols)
 
 
 def _as_evaluation(ev: EvaluationRecord | dict[str, Any]) -> EvaluationRecord:

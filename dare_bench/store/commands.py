@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option(..., "--format", help="csv | json"),
         what: str = typer.Option("evaluations", "--what", help="evaluations (one row per evaluation, with its run) "
                                  "| reported (published scores, as last synced by `ingest`)"),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
+        output: Optional[Path] = typer.Option(
+            None, "--output", "-o", help="Write here (atomically) instead of stdout."
+        ),
         db: Optional[str] = DB_OPTION,
     ) -> None:
         """Export every evaluation with its run's identity (one row each) as CSV or JSON."""
@@ -104,7 +106,8 @@ def register(app: typer.Typer) -> None:
             for r in rows:
                 src = r["source"]
                 cite = ", ".join(str(v) for v in (src["ref"], src["commit"], src["file"], src["table"]) if v)
-                writer.writerow([r[c] for c in cols] + [cite, json.dumps(r["settings"], sort_keys=True), r["note"] or ""])
+                writer.writerow([r[c] for c in cols]
+                                + [cite, json.dumps(r["settings"], sort_keys=True), r["note"] or ""])
             text = buf.getvalue()
         else:
             buf = io.StringIO()

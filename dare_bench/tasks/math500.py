@@ -3,8 +3,8 @@
 Standard data: DARE's ``rl/test/math500_1.parquet`` (500) and ``rl/train/math_1.parquet`` (7474); both hold the bare
 problem as the user turn and the final answer as ground truth. Also reads rows with ``problem`` + ``answer``
 (HuggingFaceH4/MATH-500) or ``problem`` + ``solution`` (the boxed answer is taken from the solution). Graders:
-``dare`` (last ``\\boxed{}``, Hendrycks match or sympy), ``d1`` (reward: Hendrycks match on the last box, or on the whole
-completion when nothing is boxed, plus a format bonus; eval: last box else first ``<answer>``), ``strict``.
+``dare`` (last ``\\boxed{}``, Hendrycks match or sympy), ``d1`` (reward: Hendrycks match on the last box, or on the
+whole completion when nothing is boxed, plus a format bonus; eval: last box else first ``<answer>``), ``strict``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from dare_bench.errors import DataError
 from dare_bench.tasks.base import GraderFn, Item, Task
 from dare_bench.tasks.graders import dare, strict
 
-_HEAD = "You are an expert Python programmer, and here is your task: {text} Your code should pass these tests:\n\n {tests}"
+_HEAD = ("You are an expert Python programmer, and here is your task: {text} "
+         "Your code should pass these tests:\n\n {tests}")
 # OpenCompass's template ends the task turn with two spaces; its few-shot turns carry their own (one) space
 _TASK = _HEAD + "  \n"
 _SHOT = _HEAD + " \n"
@@ -27,20 +28,23 @@ FEW_SHOT = [
         text="Write a function to find the similar elements from the given two tuple lists.",
         tests="assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)\nassert similar_elements((1, 2, 3, 4),"
               "(5, 4, 3, 7)) == (3, 4) \nassert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)")},
-    {"role": "assistant", "content": "[BEGIN]\n 'def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1)"
+    {"role": "assistant", "content": "[BEGIN]\n 'def similar_elements(test_tup1, test_tup2):\r\n  "
+                                     "res = tuple(set(test_tup1)"
                                      " & set(test_tup2))\r\n  return (res)' \n[DONE] \n\n "},
     {"role": "user", "content": _SHOT.format(
         text="Write a python function to identify non-prime numbers.",
         tests="assert is_not_prime(2) == False \nassert is_not_prime(10) == True \nassert is_not_prime(35) == True")},
-    {"role": "assistant", "content": "[BEGIN]\n 'import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in "
-                                     "range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = "
+    {"role": "assistant", "content": "[BEGIN]\n 'import math\r\ndef is_not_prime(n):\r\n    result = False\r\n"
+                                     "    for i in range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n"
+                                     "            result = "
                                      "True\r\n    return result' \n[DONE] \n\n "},
     {"role": "user", "content": _SHOT.format(
         text="Write a function to find the largest integers from a given list of numbers using heap queue algorithm.",
         tests="assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] \nassert "
               "heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] \nassert heap_queue_largest( "
               "[25, 35, 22, 85, 14, 65, 75, 22, 58],5)==[85, 75, 65, 58, 35]")},
-    {"role": "assistant", "content": "[BEGIN]\n 'import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
+    {"role": "assistant", "content": "[BEGIN]\n 'import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  "
+                                     "largest_nums = "
                                      "hq.nlargest(n, nums)\r\n  return largest_nums' \n[DONE] \n\n "},
 ]
 

@@ -3,7 +3,8 @@
 Every character is one token; the XML tags the graders look for (``<answer>``, ``</answer>``, ``<reasoning>``,
 ``</reasoning>``) are single tokens; ``[PAD] [BOS] [EOS] [MASK] [UNK]`` are ids 0-4. Sudoku and Countdown get only
 the characters of their plain prompts and answers (a few dozen tokens, so tiny models stay tiny); the text tasks get
-printable ASCII plus newline, tab and the few curly quotes / currency signs of GSM8K (< 128 tokens). The vocabulary is a constant of the task name: the same ids on
+printable ASCII plus newline, tab and the few curly quotes / currency signs of GSM8K (< 128 tokens). The vocabulary is a
+constant of the task name: the same ids on
 every build and machine.
 
     from dare_bench.tasks.tokenizer import build_task_tokenizer

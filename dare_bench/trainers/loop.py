@@ -717,4 +717,5 @@ def _jsonable(obj):
 
 
 __all__ = ["AdapterDisabled", "MetricsSink", "PromptStream", "RLRecipe", "RLRunOptions", "TIMING_KEYS", "TrainResult",
-           "algorithm_settings", "build_scheduler", "completion_mask", "load_train_items", "rollout_batch", "rollout_settings", "train_rl"]
+           "algorithm_settings", "build_scheduler", "completion_mask", "load_train_items", "rollout_batch",
+           "rollout_settings", "train_rl"]

@@ -88,10 +88,13 @@ def interleave_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> tuple[torc
 
 
 def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len, *,
-              beta: float, mc_samples: int, generator: torch.Generator, antithetic: bool = True) -> tuple[torch.Tensor, dict]:
+              beta: float, mc_samples: int, generator: torch.Generator,
+              antithetic: bool = True) -> tuple[torch.Tensor, dict]:
     """VRPO loss of interleaved chosen / rejected rows (see `interleave_pairs`)."""
     if input_ids.shape[0] % 2:
-        raise ConfigError(f"VRPO needs an even micro-batch (chosen/rejected interleaved), got {input_ids.shape[0]} rows")
+        raise ConfigError(
+            f"VRPO needs an even micro-batch (chosen/rejected interleaved), got {input_ids.shape[0]} rows"
+        )
     draw = stratified_masks(attention_mask, prompt_len, n=mc_samples, generator=generator)
     resp_len = input_ids.shape[1] - int(prompt_len)
     policy_elbo = elbo(policy, input_ids, draw, attention_mask=attention_mask).mean / resp_len

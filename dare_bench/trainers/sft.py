@@ -71,7 +71,8 @@ class SFTResult:
 
 def collate(examples: Sequence[SFTExample], eos_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each row is `prompt + answer`, padded on the right with EOS (LLaDA trains on EOS padding so
-    the model learns to stop). Returns input_ids [B, L], prompt_lengths [B], answer_lengths [B] (EOS padding counted)."""
+    the model learns to stop). Returns input_ids [B, L], prompt_lengths [B], answer_lengths [B] (EOS padding
+    counted)."""
     length = max(len(e.prompt_ids) + len(e.answer_ids) for e in examples)
     rows, plen, alen = [], [], []
     for e in examples:

@@ -509,7 +509,8 @@ def test_real_backbones_padding_invariance(family):
     plen_alone, pad_l, pad_r = 3, 2, 1
     padded = torch.cat([torch.full((1, pad_l), 13), alone, torch.full((1, pad_r), 13)], dim=1)
     am_alone = torch.ones_like(alone)
-    am_padded = torch.cat([torch.zeros(1, pad_l, dtype=torch.long), am_alone, torch.zeros(1, pad_r, dtype=torch.long)], 1)
+    am_padded = torch.cat([torch.zeros(1, pad_l, dtype=torch.long), am_alone,
+                           torch.zeros(1, pad_r, dtype=torch.long)], 1)
     d_pad = stratified_masks(am_padded, plen_alone + pad_l, generator=torch.Generator().manual_seed(1), n=2)
     keep = slice(pad_l, pad_l + alone.shape[1])
     d_alone = MaskDraw(mask=d_pad.mask[:, :, keep], p_mask=d_pad.p_mask[:, :, keep],

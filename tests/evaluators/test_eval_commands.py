@@ -55,7 +55,8 @@ def test_score_with_data_file_and_grader(tmp_path):
     task = get_task("sudoku")
     items = task.load(split="test", source=data, limit=2)
     preds = tmp_path / "p.jsonl"
-    preds.write_text("".join(json.dumps({"index": it.index, "completion": task.format_answer(it)}) + "\n" for it in items))
+    preds.write_text("".join(json.dumps({"index": it.index, "completion": task.format_answer(it)}) + "\n"
+                             for it in items))
     for grader in task.graders:
         res = runner.invoke(app, ["score", "--task", "sudoku", "--predictions", str(preds), "--data", str(data),
                                   "--grader", grader, "--json"])
@@ -136,7 +137,8 @@ def test_eval_set_overrides_reach_the_sampler():
                               "--set", "gen_length=8", "--set", "steps=4", "--set", "remasking=random", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert out["sampler"]["gen_length"] == 8 and out["sampler"]["steps"] == 4 and out["sampler"]["remasking"] == "random"
+    assert (out["sampler"]["gen_length"] == 8 and out["sampler"]["steps"] == 4
+            and out["sampler"]["remasking"] == "random")
     bad = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "1", "--set", "oops"])
     assert bad.exit_code == 2 and "key=value" in bad.stderr
     unknown = runner.invoke(app, ["eval", "--model", "tiny-llada", "--task", "sudoku", "--limit", "1", "--preset",

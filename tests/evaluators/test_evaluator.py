@@ -38,7 +38,8 @@ class EchoTask:
     graders = ["dare", "strict"]
 
     def __init__(self, n=6):
-        self.rows = [types.SimpleNamespace(index=10 + i, ground_truth=w, prompt_messages=[{"role": "user", "content": w}])
+        self.rows = [types.SimpleNamespace(index=10 + i, ground_truth=w,
+                                           prompt_messages=[{"role": "user", "content": w}])
                      for i, w in enumerate(["cat", "dog", "emu", "owl", "yak", "elk", "ant"][:n])]
 
     def load(self, split="test", source=None, limit=None):
@@ -46,7 +47,8 @@ class EchoTask:
             rows = [json.loads(l) for l in open(source)]
             if not all("word" in r for r in rows):
                 raise DataError(f"{source}: rows need 'word'")
-            items = [types.SimpleNamespace(index=i, ground_truth=r["word"], prompt_messages=[]) for i, r in enumerate(rows)]
+            items = [types.SimpleNamespace(index=i, ground_truth=r["word"], prompt_messages=[])
+                     for i, r in enumerate(rows)]
         else:
             items = list(self.rows)
         items = items[:limit] if limit else items
@@ -95,7 +97,8 @@ def _gold_generate(tok, answers_by_prompt):
 
 
 def test_presets_are_pinned_with_sources():
-    assert {"tiny", "micro", "d1-llada", "dare-llada-math", "dare-dream-code", "sdar-greedy", "llada2-greedy"} <= set(PRESETS)
+    assert {"tiny", "micro", "d1-llada", "dare-llada-math", "dare-dream-code", "sdar-greedy",
+            "llada2-greedy"} <= set(PRESETS)
     for p in PRESETS.values():
         assert p.source and p.settings
     assert get_preset("d1-llada").settings_for("llada") == {
@@ -159,7 +162,8 @@ def test_block_batches_hold_equal_lengths_only():
 
 
 def test_decode_cuts_at_stop_and_drops_masks(tok):
-    ids = tok("ab")["input_ids"] + [tok.mask_token_id] + tok("c")["input_ids"] + [tok.eos_token_id] + tok("zz")["input_ids"]
+    ids = (tok("ab")["input_ids"] + [tok.mask_token_id] + tok("c")["input_ids"] + [tok.eos_token_id]
+           + tok("zz")["input_ids"])
     assert ev.decode_completion(tok, ids, [tok.eos_token_id], [tok.mask_token_id, tok.pad_token_id]) == "abc"
 
 
@@ -170,7 +174,8 @@ def test_score_predictions_in_input_order_with_repeats(tmp_path):
              {"index": 12, "completion": 42}, {"index": 11, "completion": "dog"}]
     preds.write_text("\n".join(json.dumps(l) for l in lines) + "\n")
     res = ev.score_predictions(task, preds)
-    assert [(r["index"], r["correct"]) for r in res.items] == [(11, True), (10, False), (11, False), (12, False), (11, True)]
+    assert [(r["index"], r["correct"]) for r in res.items] == [(11, True), (10, False), (11, False), (12, False),
+                                                               (11, True)]
     assert res.metrics["accuracy"] == pytest.approx(0.4)
     assert set(res.to_json()) == {"task", "items", "metrics"}
     assert set(res.to_json()["items"][0]) == {"index", "correct", "reward", "extracted"}
@@ -233,7 +238,8 @@ def test_chat_template_path_with_the_real_dream_tokenizer(monkeypatch):
             real = row if attention_mask is None else [t for t, m in zip(row, attention_mask[k].tolist()) if m]
             text = tok.decode(real)
             answer = gold[text] if text != wrong_prompt else "I give up"
-            rows.append(row + tok(answer, add_special_tokens=False)["input_ids"] + [151645] + tok("#### 0")["input_ids"])
+            rows.append(row + tok(answer, add_special_tokens=False)["input_ids"] + [151645]
+                        + tok("#### 0")["input_ids"])
         width = max(map(len, rows))
         seq = torch.tensor([r + [151643] * (width - len(r)) for r in rows])
         st = types.SimpleNamespace(forwards=2, generated_tokens=4, tokens_per_forward=2.0, wall_seconds=0.0)

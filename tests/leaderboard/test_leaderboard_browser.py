@@ -1,7 +1,8 @@
 """ONE end-to-end check: `dare-bench leaderboard` serves the real page, headless Chromium (Playwright) renders it.
 
 Needs the system browser (Debian: `apt-get install -y chromium`) and the `playwright` Python package; skipped
-with the reason when either is missing, or failed when DARE_BENCH_REQUIRE_BROWSER=1 (CI). Playwright's own browser download is never used. Screenshots go to
+with the reason when either is missing, or failed when DARE_BENCH_REQUIRE_BROWSER=1 (CI). Playwright's own browser
+download is never used. Screenshots go to
 `artifacts/leaderboard*.png` (git-ignored; CI keeps them as artifacts); the path is printed.
 """
 

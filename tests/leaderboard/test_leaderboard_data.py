@@ -26,7 +26,8 @@ def test_winner_mean_ci_and_run_counts(winners_db):
     assert L.task_winners(cells) == {"sudoku": ["d1"]}
     d1, sft, base = _cell(cells, "d1"), _cell(cells, "sft"), _cell(cells, "baseline")
     assert (d1.n, sft.n, base.n) == (2, 2, 1)  # the modified d1 run is not counted by default
-    assert d1["mean"] == pytest.approx(0.45) and sft["mean"] == pytest.approx(0.25) and base["mean"] == pytest.approx(0.1)
+    assert (d1["mean"] == pytest.approx(0.45) and sft["mean"] == pytest.approx(0.25)
+            and base["mean"] == pytest.approx(0.1))
     std = math.sqrt(((0.4 - 0.45) ** 2 + (0.5 - 0.45) ** 2) / 1)
     assert d1["std"] == pytest.approx(std)
     assert d1["ci95"] == pytest.approx(12.706 * std / math.sqrt(2))
@@ -128,7 +129,8 @@ def test_curves_stage_times_and_drilldown(winners_db):
     runs = L.runs_page(engine, backbone="llada", task="sudoku", scale="micro", algorithms=["d1"])
     assert list(runs["final_score"]) == pytest.approx([0.5, 0.4])
     detail = L.run_detail(engine, int(runs["run_id"].iloc[-1]))
-    assert detail["run"]["modified"] is False and detail["run"]["code_version"] == "test-version" and detail["run"]["config"]["algorithm"] == "d1"
+    assert (detail["run"]["modified"] is False and detail["run"]["code_version"] == "test-version"
+            and detail["run"]["config"]["algorithm"] == "d1")
     final = [e for e in detail["evaluations"] if e["checkpoint"] == "final"][0]
     assert final["sampler_preset"] == "tiny-sudoku" and final["data_fingerprint"] == "fp-sudoku"
     page0, total = L.samples_page(engine, final["id"], page=0)

@@ -106,10 +106,12 @@ def test_real_checkpoint_names_and_sizes_on_meta(name, published):
 
 def test_real_checkpoint_traits():
     llada = from_config(CHECKPOINTS / "LLaDA-8B-Instruct").traits
-    assert (llada.mask_token_id, llada.eos_token_id, llada.pad_token_id, llada.logit_shift) == (126336, 126081, 126081, 0)
+    assert ((llada.mask_token_id, llada.eos_token_id, llada.pad_token_id, llada.logit_shift)
+            == (126336, 126081, 126081, 0))
     assert llada.stop_token_ids == (126348,) and llada.attention == "bidirectional"
     dream = from_config(CHECKPOINTS / "Dream-v0-Instruct-7B").traits
-    assert (dream.mask_token_id, dream.eos_token_id, dream.pad_token_id, dream.logit_shift) == (151666, 151643, 151643, 1)
+    assert ((dream.mask_token_id, dream.eos_token_id, dream.pad_token_id, dream.logit_shift)
+            == (151666, 151643, 151643, 1))
     assert dream.stop_token_ids == (151645,) and dream.bos_token_id == 151643
 
 

@@ -89,7 +89,8 @@ def test_a_shared_setting_under_train_algorithm_points_to_its_place(tmp_path):
     repo = DEFAULTS.parent
     shutil.copytree(DEFAULTS, tmp_path / "_defaults")
     text = (repo / "bgpo-llada-sudoku.yaml").read_text()
-    edited = text.replace("task: sudoku\n", "task: sudoku\nscales:\n  tiny:\n    train:\n      algorithm: {mc_samples: 8}\n", 1)
+    edited = text.replace("task: sudoku\n",
+                          "task: sudoku\nscales:\n  tiny:\n    train:\n      algorithm: {mc_samples: 8}\n", 1)
     assert edited != text
     (tmp_path / "bgpo-llada-sudoku.yaml").write_text(edited)
     with pytest.raises(ConfigError, match=r"scales.tiny.train.mc_samples: a shared setting, set it there"):

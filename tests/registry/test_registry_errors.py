@@ -64,7 +64,8 @@ def test_unknown_algorithm_suggests(regdir):
 
 def test_knob_typo_suggests(regdir):
     f = regdir / f"{GOOD}.yaml"
-    f.write_text(f.read_text().replace("bgpo", "d1") + "scales:\n  paper:\n    train:\n      algorithm: {p_mask_promt: 0.1}\n")
+    f.write_text(f.read_text().replace("bgpo", "d1")
+                 + "scales:\n  paper:\n    train:\n      algorithm: {p_mask_promt: 0.1}\n")
     f.rename(regdir / "d1-llada-sudoku.yaml")
     msg = _error(regdir)
     assert "p_mask_promt" in msg and "did you mean 'p_mask_prompt'" in msg and "d1-llada-sudoku.yaml:" in msg

@@ -47,7 +47,8 @@ def test_four_writer_processes_lose_nothing(tmp_path, spec):
     runs = store.latest_runs(limit=None)
     assert len(runs) == WRITERS * RUNS_PER_WRITER
     assert {r["status"] for r in runs} == {"finished"}
-    assert sorted(r["seed"] for r in runs) == sorted(w * 100 + r for w in range(WRITERS) for r in range(RUNS_PER_WRITER))
+    assert sorted(r["seed"] for r in runs) == sorted(w * 100 + r for w in range(WRITERS)
+                                                     for r in range(RUNS_PER_WRITER))
     for r in runs:
         assert len(store.metrics(r["id"])) == STEPS
         (ev,) = r["evaluations"]

@@ -65,7 +65,8 @@ def test_wrongly_shaped_verl_rows_are_data_errors(tmp_path):
     pd.DataFrame({"prompt": ["not a chat"], "reward_model": [{"ground_truth": "1"}]}).to_parquet(p)
     with pytest.raises(DataError, match="row 0"):
         get_task("gsm8k").load("test", source=p)
-    pd.DataFrame({"prompt": [[{"role": "user", "content": "q"}]], "reward_model": [{"ground_truth": "abc"}]}).to_parquet(p)
+    pd.DataFrame({"prompt": [[{"role": "user", "content": "q"}]],
+                  "reward_model": [{"ground_truth": "abc"}]}).to_parquet(p)
     with pytest.raises(DataError, match="not a number"):
         get_task("gsm8k").load("test", source=p)
     with pytest.raises(DataError, match="no canonical solution"):
@@ -121,9 +122,11 @@ def test_d1_evaluation_prompt_style():
     su = get_task("sudoku")
     s_item = su.generate(1, seed=0)[0]
     content = su.messages(s_item, "d1")[0]["content"]
-    assert content.startswith("\nPlease solve") and content.endswith(f"</answer>\n\n\nSolve the following Sudoku puzzle: {s_item.extra['puzzle']}\n")
+    assert content.startswith("\nPlease solve") and content.endswith(
+        f"</answer>\n\n\nSolve the following Sudoku puzzle: {s_item.extra['puzzle']}\n")
     tok = build_task_tokenizer("gsm8k")
-    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
     assert gsm.format_prompt(item, tok, style="d1").endswith("What is 9*2?<assistant><reasoning>")
     assert gsm.format_prompt(item, tok) == "<user>What is 9*2?<assistant>"
     with pytest.raises(ConfigError, match="no evaluation prompt"):

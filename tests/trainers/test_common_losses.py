@@ -6,7 +6,8 @@ must agree to the last bit up to `ULPS` units in the last place, with NaN / ±in
 Where we deliberately differ: nowhere in the formulas. The allowance exists because `torch.exp` is not correctly
 rounded and its last bit differs between CPUs: on this machine (AMD EPYC, torch 2.13 CPU) `torch.exp` returns 1 ulp
 more than numpy's exp for a few inputs, while the fixture machine agreed with numpy. That moves 14 of the ~1,000
-compared numbers by at most 2 ulp of max(|x|, 1): 5 gradients of policy-loss cases 2/3, and 9 k3 values / means / gradients (k3 = exp(d)
+compared numbers by at most 2 ulp of max(|x|, 1): 5 gradients of policy-loss cases 2/3, and 9 k3 values / means /
+gradients (k3 = exp(d)
 − d − 1 inherits one ulp of exp(d) ≈ 1). Everything else is bit-identical,
 which `test_fixtures_mostly_bitwise` keeps true.
 """

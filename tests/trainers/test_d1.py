@@ -68,7 +68,8 @@ def test_advantages_mean_by_default_std_on_request():
     a = get_algorithm("d1")({}, TRAITS).advantages(r, 4)
     torch.testing.assert_close(a, torch.tensor([0.5, -0.5, 0.0, 0.0, -0.5, -0.5, -0.5, 1.5]))
     s = get_algorithm("d1")({"advantage": "mean_std"}, TRAITS).advantages(r, 4)
-    torch.testing.assert_close(s[:4], torch.tensor([0.5, -0.5, 0.0, 0.0]) / (torch.tensor([1.0, 0, .5, .5]).std() + 1e-6))
+    torch.testing.assert_close(s[:4],
+                               torch.tensor([0.5, -0.5, 0.0, 0.0]) / (torch.tensor([1.0, 0, .5, .5]).std() + 1e-6))
 
 
 def test_invariant_1_masks_cover_completion_not_padding():
@@ -110,7 +111,8 @@ def test_mask_seeds_per_iteration_shared_by_old_ref_new():
         assert torch.equal(masks[:, k], algo.draw_masks(batch, s))
         # the stored old / ref log-probs are those of this iteration's mask
         with torch.no_grad():
-            torch.testing.assert_close(state.rows["old_logp"][:, k], algo.completion_logprobs(policy, batch, masks[:, k]))
+            torch.testing.assert_close(state.rows["old_logp"][:, k],
+                                       algo.completion_logprobs(policy, batch, masks[:, k]))
             torch.testing.assert_close(state.rows["ref_logp"][:, k], algo.completion_logprobs(ref, batch, masks[:, k]))
     fixed = get_algorithm("d1")({"random_masking": False}, TRAITS)
     assert fixed.mask_seeds(torch.Generator().manual_seed(0), 3) == [42, 42, 42]

@@ -19,7 +19,8 @@ Routing and quirks (tests named ``test_quirk_*`` / ``quirk_*`` rows in ``tests/t
 - humaneval: the first fenced code block (or the first block defining a function) is run as
   ``BASE_IMPORTS + code + test`` with no prompt prepended; ``check(<first def name>)`` is appended twice. Code that
   defines no function (or binds the name with a lambda) never calls ``check`` at all and passes if it merely runs; code
-  whose first function is a helper calls ``check(helper)``; the ``if __name__ == "__main__"`` block is removed. Exit status 0 is a pass, so ``sys.exit(0)`` before the tests passes. Timeout: 1 s per
+  whose first function is a helper calls ``check(helper)``; the ``if __name__ == "__main__"`` block is removed. Exit
+  status 0 is a pass, so ``sys.exit(0)`` before the tests passes. Timeout: 1 s per
   ``assert`` in the test.
 - mbpp: code from OpenCompass-style ``[BEGIN] ... [DONE]`` / fence patterns (at least 10 characters), run with the
   asserts appended; 1 s per assert.

@@ -2,7 +2,9 @@
 
 An algorithm is two files: `dare_bench/catalogue/knobs/<name>.py` (torch-free: its `Config`, a subclass of
 `AlgorithmConfig`, and the `ALGORITHM` entry the catalogue discovers, see `dare_bench/catalogue/__init__.py`) and
-`dare_bench/trainers/algorithms/<name>.py` (a subclass of `Algorithm` decorated with `@register_algorithm`, `name = "<name>"`, `Config` = that class). The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it calls:
+`dare_bench/trainers/algorithms/<name>.py` (a subclass of `Algorithm` decorated with `@register_algorithm`, `name =
+"<name>"`, `Config` = that class). The shared loop (`trainers/loop.py`) never names an algorithm; per rollout batch it
+calls:
 
     algo = get_algorithm("d1")(config_dict, model.traits)       # validates hyper-parameters (ConfigError)
     batch = RolloutBatch(...)                                    # G completions per prompt + rewards

@@ -29,7 +29,8 @@ padding: never masked, never attended to, never scored. R stays the padded compl
 
 KL (off in every DARE recipe): DARE applies its advantage-dependent `kl_penalty` to a one-sample ELBO against the
 reference's MC mean; here it is applied per copy to e_k − e_k^ref on the SAME masks (antithetic, and still one
-backward per copy). Knobs (`train.algorithm`, see `dare_bench/catalogue/knobs/bgpo.py`): n_l, elbo_norm; shared settings (`train.*`):
+backward per copy). Knobs (`train.algorithm`, see `dare_bench/catalogue/knobs/bgpo.py`): n_l, elbo_norm; shared settings
+(`train.*`):
 mc_samples (default 16), clip_eps, clip_eps_high, clip_ratio_c (default 3.0), beta_kl.
 """
 

@@ -24,7 +24,8 @@ Where this follows DARE instead of upstream d1, it is a setting: `clip_ratio_c` 
 One deliberate difference from both: the model gets the batch's padding mask (upstream d1 calls the model without
 one; DARE packs sequences), so left-padded prompts do not attend to pad tokens.
 
-Knobs (`train.algorithm` in a reproduction YAML, see `dare_bench/catalogue/knobs/d1.py`): p_mask_prompt, random_masking, kl_variant.
+Knobs (`train.algorithm` in a reproduction YAML, see `dare_bench/catalogue/knobs/d1.py`): p_mask_prompt, random_masking,
+kl_variant.
 """
 
 from __future__ import annotations
