@@ -44,7 +44,7 @@ def _prompt(n=6):
 
 
 def test_registry_and_default_sampler(models):
-    assert SAMPLERS == ("llada", "dream", "block")
+    assert SAMPLERS == ("block", "dream", "llada")
     assert SAMPLER_REGISTRY == {"llada": LladaSettings, "dream": DreamSettings, "block": BlockSettings}
     assert {name: sampler_for(m.traits) for name, m in models.items()} == {
         "llada": "llada", "dream": "dream", "sdar": "block", "llada2": "block"}

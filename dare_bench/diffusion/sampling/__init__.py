@@ -53,7 +53,8 @@ from dare_bench.diffusion.sampling.core import (
 from dare_bench.diffusion.sampling.dream import DREAM_ALGS, DREAM_CALL_DEFAULTS, DreamSettings  # registers "dream"
 from dare_bench.diffusion.sampling.llada import REMASKING, LladaSettings  # registers "llada"
 
-SAMPLERS = tuple(SAMPLER_REGISTRY)
+# sorted: registration follows import order, which is the import sorter's business, not a meaning
+SAMPLERS = tuple(sorted(SAMPLER_REGISTRY))
 
 __all__ = [
     "BLOCK_CONVENTIONS", "DEFAULT_BLOCK_CONVENTION", "DREAM_ALGS", "DREAM_CALL_DEFAULTS", "REMASKING",
