@@ -117,6 +117,7 @@ class NoKnobs(Knobs):
 
 class VrpoKnobs(Knobs):
     dpo_beta: float = Field(0.2, gt=0)  # read by the pipeline's VRPO trainer
+    # the published recipe's data (paper scale); the pipeline builds only "task-pairs-from-base" and refuses others
     preference_data: str = "argilla/ultrafeedback-binarized-preferences-cleaned"
 
 

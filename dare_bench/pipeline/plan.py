@@ -33,7 +33,25 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     spec = get(name)
     cfg = spec.resolve(scale, list(overrides))
     _check_algorithm_backbone(cfg)
+    _check_preference_data(cfg)
     return spec, cfg
+
+
+# The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen).
+TASK_PAIRS = "task-pairs-from-base"
+
+
+def _check_preference_data(cfg) -> None:
+    """VRPO trains on `train.algorithm.preference_data`; refuse, before any work, a source the stage cannot build."""
+    if cfg.profile.train.kind != "preference":
+        return
+    from dare_bench import catalogue
+
+    knobs = catalogue.algorithm(cfg.algorithm).settings(cfg.profile.train)
+    if knobs.preference_data != TASK_PAIRS:
+        raise ConfigError(f"{cfg.reproduction}: VRPO on preference_data {knobs.preference_data!r} is not implemented "
+                          f"(only {TASK_PAIRS!r}: pairs from the base's own samples; set "
+                          f"train.algorithm.preference_data={TASK_PAIRS})")
 
 
 def _check_algorithm_backbone(cfg) -> None:

@@ -91,7 +91,9 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
 
     cfg, model, seed = ctx.cfg, base.model, ctx.seed
     train = cfg.profile.train
-    knobs = train.algorithm or {}
+    from dare_bench import catalogue
+
+    knobs = catalogue.algorithm(cfg.algorithm).settings(train)  # VrpoKnobs, preference_data checked by the plan
     # VRPO has no rollouts of its own (rollout: null): the base answers with the pinned evaluation sampler.
     sampler = train.rollout or cfg.profile.eval.sampler
     pairs = preference_pairs(model, base.tokenizer, base.task,
@@ -100,7 +102,7 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
     if not pairs:
         raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
     pcfg = PreferenceConfig(steps=train.steps or 10, lr=train.lr, batch_pairs=max(1, (train.batch_prompts or 4)),
-                            beta=float(knobs.get("dpo_beta", 0.2)), mc_samples=train.mc_samples, seed=seed)
+                            beta=knobs.dpo_beta, mc_samples=train.mc_samples, seed=seed)
     train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress))
     return model, pcfg.steps
 
