@@ -177,6 +177,7 @@ def test_lora_run_saves_peft_adapters_the_evaluator_loads(db):
 
 def test_vrpo_refuses_preference_data_it_cannot_build(tmp_path):
     """VRPO's paper recipe names UltraFeedback, which the pipeline cannot build yet: refused before any work."""
-    r = _run("reproduce", "vrpo-llada-sudoku", "--scale", "paper", "--dry-run", "--db", f"sqlite:///{tmp_path / 'r.db'}")
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    r = _run("reproduce", "vrpo-llada-sudoku", "--scale", "paper", "--dry-run", "--db", db)
     assert r.exit_code != 0 and "preference_data" in str(r.exception or r.output)
     assert not (tmp_path / "r.db").exists()
