@@ -123,3 +123,19 @@ def test_strict_mbpp_entry_point_skips_builtins_and_modules():
     assert mbpp_entry_point(["assert math.isclose(area_tetra(3), 15.58, rel_tol=0.001)"]) == "area_tetra"
     assert mbpp_entry_point(["assert set(similar((3, 4), (4, 5))) == set((4,))"]) == "similar"
     assert mbpp_entry_point(["assert sum(10,15) == 6"]) == "sum"  # an MBPP task really is named sum
+
+
+def test_grader_parses_are_serialised_across_threads():
+    """CPython 3.11's AST converter is not thread-safe (gh-106905): a concurrent parse once scored a correct HumanEval
+    answer wrong with "AST constructor recursion depth mismatch". Graders parse through one lock."""
+    import threading
+
+    from dare_bench.tasks.graders import pyast
+
+    done = threading.Event()
+    with pyast._PARSE_LOCK:
+        worker = threading.Thread(target=lambda: (pyast.parse("x = 1"), done.set()))
+        worker.start()
+        assert not done.wait(0.3)  # blocked while another parse holds the lock
+    assert done.wait(5)
+    worker.join()

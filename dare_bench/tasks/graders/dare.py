@@ -41,7 +41,7 @@ import re
 
 from dare_bench.sandbox import isolation, run_code
 from dare_bench.tasks.base import GradeResult, Item
-from dare_bench.tasks.graders import sympy_grader
+from dare_bench.tasks.graders import pyast, sympy_grader
 from dare_bench.tasks.graders.safe_eval import python_arith_eval
 
 # ---------------------------------------------------------------------------------------------- math
@@ -232,7 +232,7 @@ def humaneval_program(code: str, test: str) -> tuple[str, int]:
     """(program, timeout seconds) as DARE's ``humaneval_check_correctness`` builds them (entry_point=None)."""
     code = clean_main_block(code)
     try:
-        n_tests = sum(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(test)))
+        n_tests = sum(isinstance(node, ast.Assert) for node in ast.walk(pyast.parse(test)))
     except SyntaxError:
         n_tests = test.count("assert ")
     m = re.search(r"def\s+(\w+)\s*\(", code)

@@ -18,6 +18,8 @@ import ast
 import math
 import operator
 
+from dare_bench.tasks.graders import pyast
+
 MAX_POW_BITS = 1 << 16
 
 
@@ -80,4 +82,4 @@ def _eval(node):
 def python_arith_eval(expr: str):
     """``eval(expr, {"__builtins__": None}, {})`` for whitelisted arithmetic, without the hang on huge powers."""
     # eval() strips leading/trailing spaces and tabs (not newlines) from a string before compiling it
-    return _eval(ast.parse(expr.strip(" \t"), mode="eval"))
+    return _eval(pyast.parse(expr.strip(" \t"), mode="eval"))

@@ -30,6 +30,7 @@ from fractions import Fraction
 from dare_bench.sandbox import run_code
 from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.generators import sudoku_is_solution
+from dare_bench.tasks.graders import pyast
 
 # ---------------------------------------------------------------------------------------------- Sudoku
 
@@ -108,7 +109,7 @@ def strict_countdown_value(expr: str, numbers: list[int], target: int) -> tuple[
     if not re.fullmatch(r"[0-9+\-*/()\s]+", expr) or "**" in expr or "//" in expr:
         return False, "characters outside digits, + - * / and parentheses"
     try:
-        tree = ast.parse(expr.replace("\n", " ").strip(), mode="eval")
+        tree = pyast.parse(expr.replace("\n", " ").strip(), mode="eval")
         used: list[int] = []
         value = _strict_arith(tree, used)
     except (_Reject, SyntaxError, ValueError) as e:
@@ -212,7 +213,7 @@ def grade_math(text: str, item: Item) -> GradeResult:
 
 def _defines(code: str, name: str) -> bool:
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError:
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
@@ -250,7 +251,7 @@ def mbpp_entry_point(tests: list[str]) -> str:
 
     for t in tests:
         try:
-            tree = ast.parse(t)
+            tree = pyast.parse(t)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
