@@ -24,14 +24,6 @@ from dare_bench.diffusion.sampling import (
 from dare_bench.errors import SamplerError
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def models():
     from dare_bench.models import load_pretrained

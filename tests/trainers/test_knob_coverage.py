@@ -8,7 +8,6 @@ which fields the plug-in reads must see every field read, except the shared ones
 """
 
 import pytest
-import torch
 
 from dare_bench import catalogue
 from dare_bench.catalogue.settings import SHARED_TRAIN_FIELDS, AlgorithmConfig
@@ -18,14 +17,6 @@ from dare_bench.trainers.loop import RLRunOptions, train_rl
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 
 PLUGINS = [spec.name for spec in catalogue.algorithms().values() if spec.plugin is not None]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class ReadTracker:
