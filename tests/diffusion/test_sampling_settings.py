@@ -96,3 +96,10 @@ def test_convention_defaults(models):
     assert llada2.steps == 8  # min(steps, gen_length // minimal_topk)
     with pytest.raises(SamplerError, match="convention"):
         resolve_settings(models["sdar"], _prompt(), None, dict(gen_length=16, convention="bd3lm"))
+
+
+def test_presets_name_exactly_the_registered_samplers():
+    """evaluators/presets.py stays torch-free, so it names the sampler kinds itself; they must be the registry's."""
+    from dare_bench.evaluators.presets import SAMPLER_KINDS
+
+    assert sorted(SAMPLER_KINDS) == list(SAMPLERS)
