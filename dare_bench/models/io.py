@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,23 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
     return model.to(device=device).eval()
 
 
+def _is_weight_file(name: str) -> bool:
+    """Weights and what describes them (a kept adapter_config.json would make the dir load as a LoRA adapter)."""
+    return name.endswith((".safetensors", ".bin")) or name in (
+        "model.safetensors.index.json", "pytorch_model.bin.index.json", "adapter_config.json")
+
+
+def _keep_companions(directory: Path, tmp: Path) -> None:
+    """Like Hugging Face's save_pretrained, saving into an existing checkpoint dir keeps the files it does not
+    write (tokenizer, chat template, README): they are carried into the new dir before the swap. Old weight files
+    are not, so no stale shard outlives the save."""
+    if not directory.is_dir():
+        return
+    for f in directory.iterdir():
+        if f.is_file() and not _is_weight_file(f.name):
+            shutil.copy2(f, tmp / f.name)
+
+
 def save_pretrained(model: DiffusionLM, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None,
                     max_shard_bytes: int = 4 * 1024**3) -> None:
     from safetensors.torch import save_file
@@ -164,6 +182,7 @@ def save_pretrained(model: DiffusionLM, directory, *, tokenizer=None, extra_file
         shards[-1][name] = t
         size += nbytes
     with atomic_directory(directory) as tmp:
+        _keep_companions(Path(directory), tmp)
         (tmp / "config.json").write_text(json.dumps(model.config, indent=2) + "\n")
         if len(shards) == 1:
             save_file(shards[0], str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -251,3 +251,17 @@ def test_preset_adapts_to_a_tokenizer(family):
         preset_for_tokenizer(PRESET[family], Tok(mask_token_id=100, eos_token_id=3, pad_token_id=0, bos_token_id=2))
     with pytest.raises(ConfigError, match="must differ"):
         preset_for_tokenizer(PRESET[family], Tok(mask_token_id=3, eos_token_id=3, pad_token_id=0, bos_token_id=2))
+
+
+def test_saving_into_a_checkpoint_dir_keeps_its_other_files(tmp_path):
+    """As Hugging Face's save_pretrained: tokenizer / template files stay; old weight shards do not."""
+    model = load_pretrained("tiny-llada")
+    save_pretrained(model, tmp_path / "ckpt", max_shard_bytes=1_000_000)  # sharded
+    (tmp_path / "ckpt" / "tokenizer_config.json").write_text('{"chat_template": "x"}')
+    (tmp_path / "ckpt" / "chat_template.jinja").write_text("x")
+    save_pretrained(model, tmp_path / "ckpt")  # one file now
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert "tokenizer_config.json" in names and "chat_template.jinja" in names
+    assert [n for n in names if n.endswith(".safetensors")] == ["model.safetensors"]
+    assert "model.safetensors.index.json" not in names
+    _assert_same_weights(model, load_pretrained(tmp_path / "ckpt"))
