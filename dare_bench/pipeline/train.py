@@ -57,7 +57,7 @@ def train_rl_stage(ctx: RunContext, base: Base, sink):
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     options = loop.RLRunOptions(seed=seed, sink=sink, progress=ctx.progress, checkpoint_dir=run_dir / "checkpoints",
                                 resume=resume, items=list(train_data), prompt_template=template,
-                                grader=cfg.grader,
+                                grader=cfg.grader, compute_dtype=_compute_dtype(cfg),
                                 evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
     out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, options=options)
     if out.resumed_from:  # steps trained before the interruption belong to this run's curve too
@@ -65,6 +65,13 @@ def train_rl_stage(ctx: RunContext, base: Base, sink):
             store.log_metrics(run_id, step, metrics)
     ctx.result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     return out.policy, out.optimizer_steps
+
+
+def _compute_dtype(cfg) -> str | None:
+    """`model.dtype` below float32 (paper scale: bfloat16) means mixed precision: the trainers keep fp32 master
+    weights and compute in that dtype; float32 (tiny / micro) trains as before."""
+    dtype = cfg.profile.model.dtype
+    return None if dtype == "float32" else dtype
 
 
 def train_sft_stage(ctx: RunContext, base: Base, sink):
@@ -80,7 +87,8 @@ def train_sft_stage(ctx: RunContext, base: Base, sink):
                     weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=ctx.seed + 1)
     examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
                             _answer_length(ctx.cfg))
-    train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress))
+    train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress,
+                                                  compute_dtype=_compute_dtype(ctx.cfg)))
     return model, steps
 
 
@@ -103,7 +111,8 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
         raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
     pcfg = PreferenceConfig(steps=train.steps or 10, lr=train.lr, batch_pairs=max(1, (train.batch_prompts or 4)),
                             beta=knobs.dpo_beta, mc_samples=train.mc_samples, seed=seed)
-    train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress))
+    train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress,
+                                                              compute_dtype=_compute_dtype(cfg)))
     return model, pcfg.steps
 
 

@@ -68,6 +68,7 @@ from dare_bench.trainers.distributed import (
     shard_rows,
 )
 from dare_bench.trainers.lora import apply_lora
+from dare_bench.trainers.precision import compute_precision, master_weights
 
 MetricsSink = Callable[[int, dict[str, float]], Any]
 # Metrics that measure the machine, not the run: they differ between a resumed and an uninterrupted run.
@@ -358,6 +359,9 @@ class RLRunOptions:
     micro_batch_size: int | None = None
     gradient_checkpointing: bool = False
     evaluate: Callable[[Any, int], Mapping[str, float]] | None = None
+    # None / "float32": everything in fp32. "bfloat16": fp32 master weights and optimizer state, rollouts and
+    # log-prob forwards under bf16 autocast (trainers/precision.py)
+    compute_dtype: str | None = None
 
 
 def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg,
@@ -460,6 +464,8 @@ class RLRecipe:
         # The global torch RNG drives LoRA's init and dropout: seed it so that a run depends on `seed` alone (a
         # resumed run then restores the exact state from its checkpoint).
         torch.manual_seed(seed * 7919 + 3 + self.dist.rank)
+        if opts.compute_dtype:
+            policy = master_weights(policy)  # before LoRA and the reference copy: both then start from fp32
         if opts.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         if cfg.lora is not None:
@@ -553,10 +559,11 @@ class RLRecipe:
     def rollout(self):
         """This rank's share of the next `batch_prompts` prompts, `group_size` completions each, graded."""
         idx = self.stream.take(self.n_prompts)[self.local_prompts]
-        batch, roll = rollout_batch(self.policy, self.tokenizer, self.task, self.items, idx, self.group,
-                                    self.sampler_settings, generator=self.rollout_gen,
-                                    template=self.opts.prompt_template, grader=self.opts.grader,
-                                    prompt_cache=self.prompt_cache)
+        with compute_precision(self.policy, self.opts.compute_dtype):
+            batch, roll = rollout_batch(self.policy, self.tokenizer, self.task, self.items, idx, self.group,
+                                        self.sampler_settings, generator=self.rollout_gen,
+                                        template=self.opts.prompt_template, grader=self.opts.grader,
+                                        prompt_cache=self.prompt_cache)
         self.policy.train()
         return batch, roll
 
@@ -568,7 +575,9 @@ class RLRecipe:
         # -- old / ref terms
         t0 = time.perf_counter()
         n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
-        state = algo.prepare(batch, self.policy, self.ref_model, generator=self.algo_gen, num_iterations=n_updates)
+        with compute_precision(self.policy, self.opts.compute_dtype):
+            state = algo.prepare(batch, self.policy, self.ref_model, generator=self.algo_gen,
+                                 num_iterations=n_updates)
         _sync(self.device)  # CUDA runs asynchronously: time the work, not its launch
         stats.time_prepare_s = time.perf_counter() - t0
         # -- μ updates: gradient accumulation over micro-batches (loss scale 1 / #micro-batches), clip, AdamW, LR
@@ -578,8 +587,9 @@ class RLRecipe:
         for it in range(n_updates):
             optimizer.zero_grad(set_to_none=True)
             for sl in slices:
-                stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl), adv[sl],
-                                                       loss_scale=1.0 / len(slices), iteration=it))
+                with compute_precision(self.policy, self.opts.compute_dtype):
+                    stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl),
+                                                           adv[sl], loss_scale=1.0 / len(slices), iteration=it))
             all_reduce_grads(self.params, self.dist)
             max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
             stats.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from dare_bench.diffusion.likelihood import elbo
 from dare_bench.diffusion.masking import stratified_masks
 from dare_bench.errors import ConfigError
+from dare_bench.trainers.precision import compute_precision, master_weights
 from dare_bench.trainers.sft import _log, _steps
 
 
@@ -128,6 +129,8 @@ class PreferenceRunOptions:
     reference: Any = None
     sink: Callable[[int, dict], Any] | None = None
     progress: bool = False
+    # None / "float32": everything in fp32. "bfloat16": fp32 master weights, forwards under bf16 autocast.
+    compute_dtype: str | None = None
 
 
 def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceConfig,
@@ -137,7 +140,9 @@ def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceCon
     opts = options or PreferenceRunOptions()
     if cfg.batch_pairs < 1:
         raise ConfigError("batch_pairs must be >= 1")
-    run = _PreferenceRun(policy, cfg, opts.reference)
+    if opts.compute_dtype:
+        policy = master_weights(policy)
+    run = _PreferenceRun(policy, cfg, opts.reference, opts.compute_dtype)
     result = PreferenceResult()
     start = time.perf_counter()
     policy.train()
@@ -154,8 +159,8 @@ def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceCon
 class _PreferenceRun:
     """Setup and one optimizer step of `train_preference` (one generator draws the pairs, then the masks)."""
 
-    def __init__(self, policy, cfg: PreferenceConfig, reference):
-        self.policy, self.cfg = policy, cfg
+    def __init__(self, policy, cfg: PreferenceConfig, reference, compute_dtype: str | None = None):
+        self.policy, self.cfg, self.compute_dtype = policy, cfg, compute_dtype
         self.traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
         if reference is None and not hasattr(policy, "disable_adapter"):
             reference = copy.deepcopy(policy).eval().requires_grad_(False)
@@ -170,8 +175,9 @@ class _PreferenceRun:
 
     def optimizer_step(self, ids, am, plen) -> dict[str, float]:
         cfg = self.cfg
-        loss, metrics = vrpo_loss(self.policy, self.reference, ids, am, plen, beta=cfg.beta,
-                                  mc_samples=cfg.mc_samples, generator=self.gen, antithetic=cfg.antithetic)
+        with compute_precision(self.policy, self.compute_dtype):
+            loss, metrics = vrpo_loss(self.policy, self.reference, ids, am, plen, beta=cfg.beta,
+                                      mc_samples=cfg.mc_samples, generator=self.gen, antithetic=cfg.antithetic)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import shift_logits
+from dare_bench.trainers.precision import compute_precision, master_weights
 
 
 @dataclass
@@ -148,6 +149,8 @@ class SFTRunOptions:
     sink: Callable[[int, dict], Any] | None = None
     checkpoint_cb: Callable[[int], Any] | None = None
     progress: bool = False
+    # None / "float32": everything in fp32. "bfloat16": fp32 master weights, forwards under bf16 autocast.
+    compute_dtype: str | None = None
 
 
 def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,
@@ -159,7 +162,7 @@ def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,
     opts = options or SFTRunOptions()
     if not examples:
         raise ConfigError("SFT needs at least one example")
-    run = _SFTRun(model, cfg)
+    run = _SFTRun(master_weights(model) if opts.compute_dtype else model, cfg, opts.compute_dtype)
     result = SFTResult(steps=cfg.steps)
     start = time.perf_counter()
     for step in _steps(cfg.steps, "sft", opts.progress):
@@ -178,8 +181,8 @@ def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,
 class _SFTRun:
     """Setup and one optimizer step of `train_sft` (the generator draws the batch, then the noise)."""
 
-    def __init__(self, model, cfg: SFTConfig):
-        self.model, self.cfg = model, cfg
+    def __init__(self, model, cfg: SFTConfig, compute_dtype: str | None = None):
+        self.model, self.cfg, self.compute_dtype = model, cfg, compute_dtype
         self.traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -192,7 +195,8 @@ class _SFTRun:
         return collate([examples[i] for i in idx], self.traits.eos_token_id)
 
     def optimizer_step(self, ids, plen, alen):
-        loss = sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps)
+        with compute_precision(self.model, self.compute_dtype):
+            loss = sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
