@@ -95,7 +95,9 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
                   progress: bool = True) -> dict[str, Any]:
     """Resolve the reproductions, load (or build) their shared SFT base, and measure."""
     from dare_bench.errors import ConfigError
-    from dare_bench.pipeline import _answer_length, _plugin_name, _train_items_needed, build_base, resolve, sft_examples
+    from dare_bench.pipeline.base_cache import build_base
+    from dare_bench.pipeline.examples import sft_examples
+    from dare_bench.pipeline.plan import _answer_length, _plugin_name, _train_items_needed, resolve
     from dare_bench.tasks import get_task
     from dare_bench.tasks.tokenizer import build_task_tokenizer
     from dare_bench.trainers.algorithms.base import get_algorithm

@@ -33,34 +33,12 @@ import time
 import traceback
 from pathlib import Path
 
-from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, _hash, _tokenizer_fingerprint, build_base, load_base  # noqa: F401
-
-# What callers imported from the flat pipeline.py is importable from here as before.
+from dare_bench.pipeline.base_cache import build_base, load_base
 from dare_bench.pipeline.context import Base, Log, RunContext
-from dare_bench.pipeline.evaluation import (
-    _cached_base_eval,  # noqa: F401  (imported from here by callers)
-    _mid_training_eval,  # noqa: F401  (imported from here by callers)
-    _new_uid,  # noqa: F401  (imported from here by callers)
-    evaluate_base,
-    evaluate_final,
-    evaluate_model,
-    sampler_preset_from_config,
-)
+from dare_bench.pipeline.evaluation import _new_uid, evaluate_base, evaluate_final, evaluate_model
 from dare_bench.pipeline.examples import preference_pairs, sft_examples
-from dare_bench.pipeline.plan import (
-    _answer_length,  # noqa: F401  (imported from here by callers)
-    _check_algorithm_backbone,  # noqa: F401  (imported from here by callers)
-    _checkpoint_dir,  # noqa: F401  (imported from here by callers)
-    _lora_params,  # noqa: F401  (imported from here by callers)
-    _plugin_name,  # noqa: F401  (imported from here by callers)
-    _require_gpu_and_checkpoint,  # noqa: F401  (imported from here by callers)
-    _train_items_needed,  # noqa: F401  (imported from here by callers)
-    default_scale,
-    local_plan,
-    paper_plan,
-    resolve,
-)
-from dare_bench.pipeline.summary import ReproduceResult, sparkline, summary_lines
+from dare_bench.pipeline.plan import _require_gpu_and_checkpoint, default_scale, local_plan, paper_plan, resolve
+from dare_bench.pipeline.summary import ReproduceResult, summary_lines
 from dare_bench.pipeline.train import save_final_model, train
 
 # --------------------------------------------------------------------------------------------------- main entry
@@ -151,9 +129,9 @@ def _timed(stages: dict[str, float], name: str):
     stages[name] = time.perf_counter() - t0
 
 
+# The entry point and the stages' public names; the stages' helpers are imported from their own modules.
 __all__ = [
-    "BASE_RECIPE_VERSION", "Base", "Log", "ReproduceResult", "RunContext", "build_base", "default_scale",
-    "evaluate_base", "evaluate_final", "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs",
-    "reproduce", "resolve", "sampler_preset_from_config", "save_final_model", "sft_examples", "sparkline",
-    "summary_lines", "train",
+    "Base", "Log", "ReproduceResult", "RunContext", "build_base", "default_scale", "evaluate_base", "evaluate_final",
+    "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs", "reproduce", "resolve",
+    "save_final_model", "sft_examples", "summary_lines", "train",
 ]
