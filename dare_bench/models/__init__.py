@@ -19,7 +19,3 @@ from dare_bench.models.base import (  # noqa: F401
 )
 from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
 from dare_bench.models.io import from_config, load_pretrained, load_tokenizer  # noqa: F401
-
-
-def _import_families() -> None:
-    """Kept for older callers: the families are registered when the package is imported."""

@@ -5,7 +5,7 @@ model's convention, plus `traits` that tell samplers, likelihood estimators and 
 (mask id, logit shift, attention kind, block size, eos / pad ids) so that no caller branches on a family name.
 
 The family registry (`FamilySpec`, `register_family`, `detect_family`) lives in `families.py`, the bottom of the
-package; it is re-exported here for the family modules and older callers.
+package.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
 from dare_bench.models.io import save_pretrained as save_checkpoint_dir
 from dare_bench.models.layers import check_backend
 

@@ -115,7 +115,7 @@ def _source(source: str | Path) -> tuple[dict[str, Any], Path | None]:
 def shrink_checkpoint(source: str | Path, out: str | Path, *, layers: int = 2, hidden: int = 256,
                       experts: int | None = None, seed: int = 0, dtype: str = "bfloat16") -> dict[str, Any]:
     """Write the shrunk checkpoint to `out` (atomically; an existing `out` is refused). Returns a summary."""
-    from dare_bench.models.base import detect_family
+    from dare_bench.models.families import detect_family
     from dare_bench.models.io import build_model, resolve_dtype, save_pretrained
 
     out = Path(out).expanduser()

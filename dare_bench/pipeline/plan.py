@@ -107,7 +107,7 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
     ckpt_id = cfg.profile.model.checkpoint
     ckpt_dir = _checkpoint_dir(ckpt_id, checkpoint)
     if ckpt_dir is not None:
-        from dare_bench.models.base import detect_family
+        from dare_bench.models.families import detect_family
         from dare_bench.models.io import read_config
 
         config_source = str(ckpt_dir / "config.json")

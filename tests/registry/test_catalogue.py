@@ -31,11 +31,10 @@ def test_every_defaults_layer_names_a_catalogue_entry_and_back():
 
 
 def test_backbone_facts_equal_the_model_traits():
-    from dare_bench.models import FAMILIES, _import_families
+    from dare_bench.models import FAMILIES  # importing the package registers every family
     from dare_bench.models.io import build_model
     from dare_bench.models.presets import preset_config
 
-    _import_families()
     assert set(FAMILIES) == set(catalogue.backbone_names())
     for spec in catalogue.BACKBONES:
         traits = build_model(preset_config(f"tiny-{spec.name}"), device="meta").traits

@@ -35,7 +35,7 @@ def micro_llada(seed: int = 0, **overrides):
 
 def micro_sdar(seed: int = 0, **overrides):
     """A 1-layer SDAR (block diffusion, block size 4) with the same 16-token vocabulary, seeded init."""
-    from dare_bench.models.base import detect_family
+    from dare_bench.models.families import detect_family
     from dare_bench.models.io import build_model
     from dare_bench.models.presets import preset_config
 
