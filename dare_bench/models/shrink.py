@@ -71,9 +71,8 @@ def shrunk_config(config: dict[str, Any], family: str, *, layers: int = 2, hidde
         out[f["ffn"]] = _round_to(config[f["ffn"]] * scale, 64)
     if family == "llada" and "mlp_ratio" in config and not config.get("mlp_hidden_size"):
         out["mlp_hidden_size"] = hidden * config["mlp_ratio"]
-    for window in ("max_window_layers",):  # Qwen-style "first N layers without sliding window": all of them
-        if window in config:
-            out[window] = layers
+    if "max_window_layers" in config:  # Qwen-style "first N layers without sliding window": all of them
+        out["max_window_layers"] = layers
     if config.get("num_experts"):
         top_k = config["num_experts_per_tok"]
         n_experts = experts or 2 * top_k
