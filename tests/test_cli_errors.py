@@ -1,5 +1,5 @@
-"""Failing commands report one line on stderr and exit 2; with `--json` they also print a JSON error object on
-stdout (CI parses stdout), and leave nothing behind."""
+"""What CI relies on: failing commands report one line on stderr and exit 2, with `--json` also a JSON error object
+on stdout, and leave nothing behind; and the suite's DARE_BENCH_FAIL_ON_SKIP switch turns lost fixtures into failures."""
 
 import json
 import os
@@ -29,3 +29,23 @@ def test_without_json_stdout_stays_empty(tmp_path):
     res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "check", "no-such-reproduction"],
                          capture_output=True, text=True, env={**os.environ, "DARE_BENCH_HOME": str(tmp_path)})
     assert res.returncode == 2 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_fail_on_skip_switch_fails_every_skip_but_the_allowed_markers(tmp_path):
+    """CI's DARE_BENCH_FAIL_ON_SKIP=1 (tests/conftest.py): a skip fails the run unless the test is marked gpu /
+    extra / browser; without the switch a skip stays a skip."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import pytest\n\n"
+                     "def test_lost_fixture():\n    pytest.skip('fixture absent')\n\n"
+                     "@pytest.mark.gpu\ndef test_needs_cuda():\n    pytest.skip('needs CUDA')\n")
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+
+    def run(strict):
+        env = {**os.environ, "PYTHONPATH": tests_dir, "DARE_BENCH_FAIL_ON_SKIP": "1" if strict else "0"}
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
+                               "-rfs", str(probe)], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+    strict, lenient = run(True), run(False)
+    assert strict.returncode == 1 and "1 failed, 1 skipped" in strict.stdout, strict.stdout
+    assert "DARE_BENCH_FAIL_ON_SKIP" in strict.stdout and "fixture absent" in strict.stdout
+    assert lenient.returncode == 0 and "2 skipped" in lenient.stdout, lenient.stdout
