@@ -1,5 +1,5 @@
-"""What CI relies on: failing commands report one line on stderr and exit 2, with `--json` also a JSON error object
-on stdout, and leave nothing behind; and the suite's DARE_BENCH_FAIL_ON_SKIP switch turns lost fixtures into failures."""
+"""What CI relies on: failing commands report one line on stderr and exit 2, with `--json` also a JSON error
+object on stdout, and leave nothing behind; the suite's DARE_BENCH_FAIL_ON_SKIP switch fails lost fixtures."""
 
 import json
 import os
