@@ -69,3 +69,19 @@ def test_bad_input_writes_nothing(tmp_path):
     with pytest.raises(CheckpointError, match="exists"):
         shrink_checkpoint("LLaDA-8B-Instruct", tmp_path / "taken")
     assert not (tmp_path / "a").exists() and list((tmp_path / "taken").iterdir()) == []
+
+
+def test_the_command_writes_the_checkpoint_and_refuses_an_existing_dir(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "small"
+    cmd = [sys.executable, "-m", "dare_bench.cli", "checkpoint", "shrink", "LLaDA-8B-Instruct", str(out),
+           "--layers", "1", "--hidden", "128", "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["family"] == "llada" and summary["layers"] == 1 and (out / "model.safetensors").exists()
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert json.loads(again.stdout)["status"] == "error"
