@@ -194,5 +194,6 @@ class DiffusionLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None) -> None:
-        save_checkpoint_dir(self, directory, tokenizer=tokenizer, extra_files=extra_files)
+    def save_pretrained(self, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None,
+                        state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        save_checkpoint_dir(self, directory, tokenizer=tokenizer, extra_files=extra_files, state_dict=state_dict)

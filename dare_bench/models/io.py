@@ -168,10 +168,13 @@ def _keep_companions(directory: Path, tmp: Path) -> None:
 
 
 def save_pretrained(model: DiffusionLM, directory, *, tokenizer=None, extra_files: dict[str, str] | None = None,
-                    max_shard_bytes: int = 4 * 1024**3) -> None:
+                    max_shard_bytes: int = 4 * 1024**3, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """`state_dict`: the weights to write instead of `model.state_dict()` (an FSDP2-sharded model's gathered full
+    state dict, `trainers.distributed.full_state_dict`)."""
     from safetensors.torch import save_file
 
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    source = model.state_dict() if state_dict is None else state_dict
+    state = {k: v.detach().contiguous().cpu() for k, v in source.items()}
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name, t in state.items():

@@ -94,15 +94,16 @@ def restore_rng(state: dict[str, Any], generators: dict[str, torch.Generator]) -
 
 
 # --- model weights ------------------------------------------------------------------------------------------------
-def save_model(model, directory: Path, tokenizer=None) -> None:
-    """HF-format weights: the full model, or only the LoRA adapters of a PEFT model."""
+def save_model(model, directory: Path, tokenizer=None, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """HF-format weights: the full model, or only the LoRA adapters of a PEFT model. `state_dict`: the weights to
+    write instead of the model's own (an FSDP2 model's gathered full state dict)."""
     if is_peft(model):
-        model.save_pretrained(str(directory))
+        model.save_pretrained(str(directory), state_dict=state_dict)
         return
     if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
-        model.save_pretrained(directory, tokenizer=tokenizer)
+        model.save_pretrained(directory, tokenizer=tokenizer, state_dict=state_dict)
     else:
-        model.save_pretrained(directory)
+        model.save_pretrained(directory, state_dict=state_dict)
 
 
 def load_model_weights(model, directory: Path) -> None:
@@ -137,12 +138,17 @@ def load_model_weights(model, directory: Path) -> None:
 
 # --- save / load --------------------------------------------------------------------------------------------------
 def save_checkpoint(root: str | Path, step: int, *, model, optimizer, scheduler, trainer_state: dict[str, Any],
-                    rng: dict[str, Any] | list[dict[str, Any]], tokenizer=None, keep_last: int | None = None) -> Path:
-    """Write `root/step-<step>/` atomically; `trainer_state` must be JSON-serialisable. Returns the directory."""
+                    rng: dict[str, Any] | list[dict[str, Any]], tokenizer=None, keep_last: int | None = None,
+                    model_state: dict[str, torch.Tensor] | None = None,
+                    optimizer_state: dict[str, Any] | None = None) -> Path:
+    """Write `root/step-<step>/` atomically; `trainer_state` must be JSON-serialisable. Returns the directory.
+
+    An FSDP2-sharded run passes the gathered full `model_state` / `optimizer_state` (`trainers.distributed`
+    full_state_dict / full_optimizer_state_dict, collected on every rank, written by rank 0)."""
     path = checkpoint_path(root, step)
     with atomic_directory(path) as tmp:
-        save_model(model, tmp / "model", tokenizer)
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        save_model(model, tmp / "model", tokenizer, state_dict=model_state)
+        torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng, tmp / "rng.pt")
         state = dict(trainer_state, step=step, complete=True)
@@ -162,9 +168,22 @@ def load_checkpoint(path: str | Path, *, model, optimizer, scheduler) -> tuple[d
         raise CheckpointError(f"{path}: unreadable {STATE_FILE} ({exc})") from None
     if state.get("complete") is not True:
         raise CheckpointError(f"{path}: incomplete checkpoint")
-    load_model_weights(model, path / "model")
+    from dare_bench.trainers.distributed import is_sharded, load_full_state
+
+    sharded = is_sharded(model)
+    if sharded:  # every rank reads the full state and keeps its shards
+        if is_peft(model):
+            raise CheckpointError(f"{path}: resuming a LoRA run under FSDP2 is not supported; resume it with the same "
+                                  "adapters in one process, or train LoRA without --nproc")
+        from dare_bench.models.io import read_state_dict
+
+        load_full_state(model, optimizer, read_state_dict(path / "model"),
+                        torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    else:
+        load_model_weights(model, path / "model")
     try:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+        if not sharded:
+            optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
         rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, ValueError, KeyError) as exc:

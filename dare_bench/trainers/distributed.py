@@ -1,10 +1,15 @@
-"""Rank-aware helpers for the RL loop: process-group setup from torchrun's environment, prompt sharding, gradient
-and metric all-reduce. Everything degrades to a no-op in a single process (the CPU / one-GPU path).
+"""Rank-aware helpers for the trainers and the pipeline: process-group setup from torchrun's environment (each
+rank's device set from LOCAL_RANK before anything is loaded), FSDP2 sharding, row sharding, gradient and metric
+reduction, full state dicts for rank-0 writes. Everything degrades to a no-op in a single process (the CPU /
+one-GPU path).
 
-Data parallelism is plain and explicit: every rank draws the same global prompt order, takes its contiguous share
-of each step's prompts (whole GRPO groups stay on one rank), accumulates gradients locally and averages them with
-one all-reduce before the optimizer step, so weights and optimizer states stay identical on every rank. There is
-no FSDP2 sharding yet (issue #17): each rank holds the whole model, so a model must fit one device.
+Data parallelism: every rank draws the same global order, takes its contiguous share of each step's rows (whole
+GRPO groups stay on one rank) and computes the mean loss of its share. Under torchrun the model is sharded with
+FSDP2 (`shard_model`: `fully_shard` per decoder layer, then the root; `MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)` when the run computes in bf16, over fp32 master weights), which averages gradients in its
+reduce-scatter; an unsharded model (a test's replicated ranks) averages them with `all_reduce_grads`. Generation
+(rollouts, evaluation) runs inside `gathered_for_inference`: every layer's full weights are gathered once, so the
+forwards issue no collectives and ranks may decode different numbers of steps or items.
 
     CPU (one process; everything below is a no-op):  dare-bench reproduce d1-llada-sudoku --scale tiny
     one GPU:   dare-bench reproduce d1-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
@@ -15,6 +20,7 @@ no FSDP2 sharding yet (issue #17): each rank holds the whole model, so a model m
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -49,17 +55,110 @@ def dist_info() -> DistInfo:
                     int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def init_distributed(backend: str | None = None) -> DistInfo:
-    """Join torchrun's process group when WORLD_SIZE > 1 (nccl on CUDA, else gloo); pin this rank's GPU."""
+def init_distributed(backend: str | None = None, device: str | None = None) -> DistInfo:
+    """Join torchrun's process group when WORLD_SIZE > 1: nccl when the run's device is CUDA (each rank's GPU pinned
+    from LOCAL_RANK first), gloo on CPU."""
     import torch.distributed as dist
 
     info = dist_info()
     if info.world_size <= 1 or (dist.is_available() and dist.is_initialized()):
         return info
-    if torch.cuda.is_available():
+    on_cuda = device.startswith("cuda") if device is not None else torch.cuda.is_available()
+    if on_cuda:
         torch.cuda.set_device(info.local_rank)
-    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+    dist.init_process_group(backend or ("nccl" if on_cuda else "gloo"))
     return dist_info()
+
+
+def rank_device(device: str, info: DistInfo) -> str:
+    """This rank's device: `cuda` means the GPU of LOCAL_RANK under torchrun (`cuda:<local_rank>`)."""
+    if device == "cuda" and info.enabled:
+        return f"cuda:{info.local_rank}"
+    return device
+
+
+# --- FSDP2 ----------------------------------------------------------------------------------------------------------
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The backbone's decoder layers: the ModuleList holding `num_layers` blocks (LLaDA's `blocks`, the others'
+    `layers`), found through a PEFT wrapper too."""
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    n = core.num_layers
+    for module in core.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return list(module)
+    raise ConfigError(f"{type(core).__name__}: no ModuleList of its {n} decoder layers to shard")
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def shard_model(model, info: DistInfo, compute_dtype: str | None = None):
+    """FSDP2 over the process group: `fully_shard` each decoder layer, then the root (embeddings, final norm, LM
+    head). Parameters stay fp32 (the master copy, sharded with the optimizer state); with a bf16 `compute_dtype` each
+    layer's weights are all-gathered in bf16 for compute and gradients reduced in fp32. No-op in one process."""
+    if not info.enabled:
+        return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from dare_bench.trainers.precision import COMPUTE_DTYPES
+
+    dtype = COMPUTE_DTYPES[compute_dtype or "float32"]
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+@contextlib.contextmanager
+def gathered_for_inference(model):
+    """Hold every FSDP2 unit's full weights for the block (rollouts, evaluation): forwards then run without
+    collectives, so ranks may take different numbers of decoding steps; resharded afterwards. No-op when unsharded."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.unshard()
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield model
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True, recurse=False)
+
+
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    """The model's full (unsharded) state dict on CPU: on rank 0 for a sharded model (a collective: every rank must
+    call it), `{}` on the others; the plain state dict otherwise."""
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def full_optimizer_state_dict(model, optimizer) -> dict[str, Any]:
+    """The optimizer state, unsharded, keyed by parameter name (rank 0; a collective) for a sharded model."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_state(model, optimizer, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None):
+    """Every rank loads the full state dicts written by `full_*_state_dict` into its shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    if optimizer is not None and optimizer_state is not None:
+        set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
 
 
 def shard_rows(n: int, info: DistInfo) -> slice:
@@ -71,12 +170,14 @@ def shard_rows(n: int, info: DistInfo) -> slice:
 
 
 def all_reduce_grads(params: Iterable[torch.nn.Parameter], info: DistInfo) -> None:
-    """Average gradients over ranks (one flat all-reduce)."""
+    """Average gradients over ranks (one flat all-reduce); FSDP2-sharded parameters (DTensor gradients, already
+    reduce-scattered by FSDP) are left alone."""
     if not info.enabled:
         return
     import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [p.grad for p in params if p.grad is not None and not isinstance(p.grad, DTensor)]
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -116,6 +217,17 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     return out
 
 
+def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
+    """Rank `src`'s `obj` on every rank (rank 0 decides, e.g. the store's run id; the others follow)."""
+    if not info.enabled:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj if info.rank == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         import torch.distributed as dist
@@ -123,5 +235,6 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-__all__ = ["DistInfo", "all_reduce_grads", "all_reduce_metrics", "barrier", "dist_info", "gather_objects",
-           "init_distributed", "shard_rows"]
+__all__ = ["DistInfo", "all_reduce_grads", "all_reduce_metrics", "barrier", "broadcast_object", "decoder_layers",
+           "dist_info", "full_optimizer_state_dict", "full_state_dict", "gather_objects", "gathered_for_inference",
+           "init_distributed", "is_sharded", "load_full_state", "rank_device", "shard_model", "shard_rows"]

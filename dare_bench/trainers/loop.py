@@ -63,8 +63,13 @@ from dare_bench.trainers.distributed import (
     all_reduce_grads,
     all_reduce_metrics,
     barrier,
+    full_optimizer_state_dict,
+    full_state_dict,
     gather_objects,
+    gathered_for_inference,
     init_distributed,
+    is_sharded,
+    shard_model,
     shard_rows,
 )
 from dare_bench.trainers.lora import apply_lora
@@ -317,6 +322,13 @@ def _peak_memory_mb(device: torch.device) -> float:
     return kb / 2**20 if sys.platform == "darwin" else kb / 2**10
 
 
+def _row_weighted(values: list[float], rows: list[int]) -> float:
+    """Mean of per-unit values weighted by their rows (one unit: the value itself, bit for bit)."""
+    if len(values) == 1:
+        return float(values[0])
+    return sum(v * n for v, n in zip(values, rows)) / sum(rows)
+
+
 def _mean_metrics(records: list[dict[str, float]]) -> dict[str, float]:
     keys = sorted({k for r in records for k in r})
     return {k: sum(r[k] for r in records if k in r) / sum(1 for r in records if k in r) for k in keys}
@@ -340,8 +352,14 @@ class RLRunOptions:
     ignored with LoRA, where the reference is the policy with adapters disabled); `micro_batch_size`: rows per
     forward / backward (default: the whole rollout batch of this rank); `gradient_checkpointing`: recompute
     activations in the backward (paper-scale memory; same numbers).
-    `evaluate`: called as `evaluate(policy, step)` every `train.eval_every` loop steps before the last (rank 0, eval
-    mode, no grad, global RNG restored afterwards); its metrics join the step's as `eval_<name>`.
+    `evaluate`: called as `evaluate(policy, step)` every `train.eval_every` loop steps before the last (on every
+    rank, inside `gathered_for_inference`: the callback shards the items and lets rank 0 write; eval mode, no grad,
+    global RNG restored afterwards); its metrics join the step's as `eval_<name>`.
+    `unit_prompts`: prompts per rollout unit. Each unit is decoded, prepared and updated on its own, with its
+    generators seeded from (seed, step, the unit's index in the whole batch), so the numbers do not depend on how
+    many ranks share the batch (1 process == N processes, up to float reduction order). None: one unit per rank
+    with per-rank generator streams (the fastest; numbers then depend on the rank count).
+    Under torchrun (world size > 1) the policy and the reference are sharded with FSDP2 (`distributed.shard_model`).
     """
 
     seed: int = 0
@@ -362,6 +380,7 @@ class RLRunOptions:
     # None / "float32": everything in fp32. "bfloat16": fp32 master weights and optimizer state, rollouts and
     # log-prob forwards under bf16 autocast (trainers/precision.py)
     compute_dtype: str | None = None
+    unit_prompts: int | None = None
 
 
 def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg,
@@ -378,9 +397,9 @@ def train_rl(policy, tokenizer, task, algorithm_name: str, train_cfg,
             if run.interrupted():
                 return run.result()
             stats = run.start_step()
-            batch, roll = run.rollout()
-            run.update(stats, batch)
-            run.record(stats, batch, roll)  # metrics, mid-training evaluation, sink
+            units = run.rollout()
+            run.update(stats, units)
+            run.record(stats, units)  # metrics, mid-training evaluation, sink
             run.periodic_checkpoint()
         run.final_checkpoint()
     return run.result()
@@ -424,7 +443,8 @@ class RLRecipe:
         self.info = {"algorithm": self.algo.name, "algorithm_config": self.algo.config.model_dump(),
                      "sampler": self.sampler_settings, "train_items": len(self.items),
                      "total_loop_steps": self.total_loop_steps, "total_optimizer_steps": self.total_opt_steps,
-                     "micro_batch_size": self.micro, "world_size": self.dist.world_size}
+                     "micro_batch_size": self.micro, "world_size": self.dist.world_size,
+                     "unit_prompts": self.opts.unit_prompts, "fsdp": is_sharded(self.policy)}
         self.bar = None
 
     # -- setup -----------------------------------------------------------------------------------------------------
@@ -438,8 +458,12 @@ class RLRecipe:
         self.algo = algo_cls(algorithm_settings(cfg), self.traits)
         self.n_prompts, self.group = int(cfg.batch_prompts), int(cfg.group_size)
         self.local_prompts = shard_rows(self.n_prompts, self.dist)
-        rows_local = (self.local_prompts.stop - self.local_prompts.start) * self.group
-        self.micro = int(self.opts.micro_batch_size or rows_local)
+        local = self.local_prompts.stop - self.local_prompts.start
+        self.unit_prompts = int(self.opts.unit_prompts or local)
+        if self.unit_prompts < 1 or local % self.unit_prompts:
+            raise ConfigError(f"unit_prompts {self.opts.unit_prompts} does not divide the {local} prompts per rank "
+                              f"({self.n_prompts} prompts over {self.dist.world_size} rank(s))")
+        self.micro = int(self.opts.micro_batch_size or self.unit_prompts * self.group)
         if self.micro < 1:
             raise ConfigError(f"micro_batch_size must be >= 1, got {self.micro}")
         self.algo.forward_batch_size = self.micro
@@ -479,6 +503,9 @@ class RLRecipe:
                 self.ref_model = AdapterDisabled(policy)
             else:
                 self.ref_model = opts.reference if opts.reference is not None else frozen_copy(policy)
+                self.ref_model = shard_model(self.ref_model, self.dist, opts.compute_dtype)
+        # under torchrun: FSDP2 shards (a no-op in one process); LoRA's adapters are sharded with their layers
+        policy = shard_model(policy, self.dist, opts.compute_dtype)
         if cfg.ref_sync_steps is not None:
             if is_peft(policy):
                 warnings.warn("train.ref_sync_steps has no effect with LoRA: the reference is the base model with "
@@ -556,40 +583,59 @@ class RLRecipe:
         return stats
 
     # -- rollout -----------------------------------------------------------------------------------------------------
-    def rollout(self):
-        """This rank's share of the next `batch_prompts` prompts, `group_size` completions each, graded."""
+    def unit_generator(self, kind: str, unit: int) -> torch.Generator:
+        """The generator of one rollout unit: with `unit_prompts`, seeded from (seed, step, kind, the unit's index
+        in the whole batch), the same whichever rank holds the unit; else this rank's persistent stream."""
+        if self.opts.unit_prompts is None:
+            return self.generators[kind]
+        first = self.local_prompts.start // self.unit_prompts
+        salt = {"rollout": 17, "algorithm": 29}[kind]
+        seed = ((self.opts.seed * 7919 + salt) * 1_000_003 + self.step) * 65_537 + first + unit
+        device = self.device if kind == "rollout" else torch.device("cpu")
+        return torch.Generator(device=device).manual_seed(seed % 2**63)
+
+    def rollout(self) -> list[tuple[RolloutBatch, dict[str, Any]]]:
+        """This rank's share of the next `batch_prompts` prompts, `group_size` completions each, graded: one
+        (batch, info) per rollout unit."""
         idx = self.stream.take(self.n_prompts)[self.local_prompts]
-        with compute_precision(self.policy, self.opts.compute_dtype):
-            batch, roll = rollout_batch(self.policy, self.tokenizer, self.task, self.items, idx, self.group,
-                                        self.sampler_settings, generator=self.rollout_gen,
-                                        template=self.opts.prompt_template, grader=self.opts.grader,
-                                        prompt_cache=self.prompt_cache)
+        units = []
+        with compute_precision(self.policy, self.opts.compute_dtype), gathered_for_inference(self.policy):
+            for u, start in enumerate(range(0, len(idx), self.unit_prompts)):
+                units.append(rollout_batch(self.policy, self.tokenizer, self.task, self.items,
+                                           idx[start:start + self.unit_prompts], self.group, self.sampler_settings,
+                                           generator=self.unit_generator("rollout", u),
+                                           template=self.opts.prompt_template, grader=self.opts.grader,
+                                           prompt_cache=self.prompt_cache))
         self.policy.train()
-        return batch, roll
+        return units
 
     # -- update ------------------------------------------------------------------------------------------------------
-    def update(self, stats: _StepStats, batch: RolloutBatch) -> None:
-        """Advantages, the plug-in's old / ref terms (`prepare`), then up to μ optimizer steps on the batch."""
+    def update(self, stats: _StepStats, units: list[tuple[RolloutBatch, dict[str, Any]]]) -> None:
+        """Per unit: advantages and the plug-in's old / ref terms (`prepare`); then up to μ optimizer steps over
+        all units' micro-batches."""
         algo, optimizer, cfg = self.algo, self.optimizer, self.cfg
-        stats.advantages = adv = algo.advantages(batch.rewards, self.group)
+        advs = [algo.advantages(batch.rewards, self.group) for batch, _ in units]
+        stats.advantages = torch.cat(advs)
         # -- old / ref terms
         t0 = time.perf_counter()
         n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
+        states = []
         with compute_precision(self.policy, self.opts.compute_dtype):
-            state = algo.prepare(batch, self.policy, self.ref_model, generator=self.algo_gen,
-                                 num_iterations=n_updates)
+            for u, (batch, _) in enumerate(units):
+                states.append(algo.prepare(batch, self.policy, self.ref_model,
+                                           generator=self.unit_generator("algorithm", u), num_iterations=n_updates))
         _sync(self.device)  # CUDA runs asynchronously: time the work, not its launch
         stats.time_prepare_s = time.perf_counter() - t0
         # -- μ updates: gradient accumulation over micro-batches (loss scale 1 / #micro-batches), clip, AdamW, LR
         t0 = time.perf_counter()
-        n = batch.num_rows
-        slices = [slice(a, min(a + self.micro, n)) for a in range(0, n, self.micro)]
+        work = [(batch, state, adv, slice(a, min(a + self.micro, batch.num_rows)))
+                for (batch, _), state, adv in zip(units, states, advs) for a in range(0, batch.num_rows, self.micro)]
         for it in range(n_updates):
             optimizer.zero_grad(set_to_none=True)
-            for sl in slices:
+            for batch, state, adv, sl in work:
                 with compute_precision(self.policy, self.opts.compute_dtype):
                     stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl),
-                                                           adv[sl], loss_scale=1.0 / len(slices), iteration=it))
+                                                           adv[sl], loss_scale=1.0 / len(work), iteration=it))
             all_reduce_grads(self.params, self.dist)
             max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")
             stats.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
@@ -604,12 +650,13 @@ class RLRecipe:
         self.done_here += 1
 
     # -- metrics -----------------------------------------------------------------------------------------------------
-    def record(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
-        """The step's metrics (averaged over ranks), a mid-training evaluation when due, history, sink, bar."""
-        metrics = self.step_metrics(stats, batch, roll)
-        if (self.opts.evaluate is not None and self.dist.is_main and self.cfg.eval_every is not None
+    def record(self, stats: _StepStats, units: list[tuple[RolloutBatch, dict[str, Any]]]) -> dict[str, float]:
+        """The step's metrics (over all ranks), a mid-training evaluation when due, history, sink, bar."""
+        metrics = self.step_metrics(stats, units)
+        if (self.opts.evaluate is not None and self.cfg.eval_every is not None
                 and self.step % self.cfg.eval_every == 0 and self.opt_step < self.total_opt_steps):
-            metrics.update(_evaluate_now(self.opts.evaluate, self.policy, self.step))
+            with gathered_for_inference(self.policy):  # every rank evaluates its share of the items
+                metrics.update(_evaluate_now(self.opts.evaluate, self.policy, self.step))
         self.history.append(metrics)
         if self.opts.sink is not None and self.dist.is_main:
             self.opts.sink(self.step, dict(metrics))
@@ -618,28 +665,40 @@ class RLRecipe:
             self.bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", loss=f"{metrics.get('loss', 0.0):.4f}")
         return metrics
 
-    def step_metrics(self, stats: _StepStats, batch: RolloutBatch, roll: dict[str, Any]) -> dict[str, float]:
-        rewards_t, correct, out, group = batch.rewards, roll["correct"], roll["output"], self.group
-        adv, grad_norms = stats.advantages, stats.grad_norms
+    def step_metrics(self, stats: _StepStats, units: list[tuple[RolloutBatch, dict[str, Any]]]) -> dict[str, float]:
+        group, adv, grad_norms = self.group, stats.advantages, stats.grad_norms
+        rolls = [roll for _, roll in units]
+        n_rows = [batch.num_rows for batch, _ in units]
+        # the reward statistics over the whole batch: every rank's rewards, in rank order (exact, not a mean of
+        # per-rank statistics)
+        local_rewards = torch.cat([batch.rewards for batch, _ in units]).cpu().tolist()
+        rewards_t = torch.tensor([r for part in gather_objects(local_rewards, self.dist) for r in part])
+        correct = [c for part in gather_objects([c for roll in rolls for c in roll["correct"]], self.dist)
+                   for c in part]
         grouped = rewards_t.view(-1, group)
         metrics = {
             "optimizer_step": float(self.opt_step),
             "lr": float(stats.lr),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+        }
+        local = {  # means over this rank's rows, then over ranks (every rank holds as many rows)
+            "completion_tokens": float(torch.cat([b.completion_mask.sum(dim=1).float() for b, _ in units]).mean()),
+            "unfinished": _row_weighted([roll["unfinished"] for roll in rolls], n_rows),
+            "advantage_abs_mean": float(adv.abs().mean()),
+            "tokens_per_forward": _row_weighted([roll["output"].stats.tokens_per_forward for roll in rolls], n_rows),
+            "rollout_forwards": float(sum(roll["output"].stats.forwards for roll in rolls)),
+            **_mean_metrics(stats.algo_records),
+            "time_rollout_s": sum(roll["time_rollout_s"] for roll in rolls),
+            "time_reward_s": sum(roll["time_reward_s"] for roll in rolls),
+            "time_prepare_s": stats.time_prepare_s, "time_update_s": stats.time_update_s,
+        }
+        metrics.update(all_reduce_metrics(local, self.dist))
+        metrics.update({
             "reward_mean": float(rewards_t.mean()),
             "reward_std": float(rewards_t.std()) if rewards_t.numel() > 1 else 0.0,
             "accuracy": sum(correct) / len(correct),
             "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if group > 1 else 1.0,
-            "completion_tokens": float(batch.completion_mask.sum(dim=1).float().mean()),
-            "unfinished": roll["unfinished"],
-            "advantage_abs_mean": float(adv.abs().mean()),
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "tokens_per_forward": float(out.stats.tokens_per_forward),
-            "rollout_forwards": float(out.stats.forwards),
-        }
-        metrics.update(_mean_metrics(stats.algo_records))
-        metrics.update({"time_rollout_s": roll["time_rollout_s"], "time_reward_s": roll["time_reward_s"],
-                        "time_prepare_s": stats.time_prepare_s, "time_update_s": stats.time_update_s})
-        metrics = all_reduce_metrics(metrics, self.dist)
+        })
         metrics["time_step_s"] = time.perf_counter() - stats.t_start
         metrics["peak_memory_mb"] = _peak_memory_mb(self.device)
         metrics["step"] = float(self.step)
@@ -660,6 +719,10 @@ class RLRecipe:
         if self.ckpt_root is None:
             return None
         rng_all = gather_objects(capture_rng(self.generators), self.dist)
+        # a sharded model's full weights and optimizer state: gathered by every rank (collectives), kept by rank 0
+        sharded = is_sharded(self.policy)
+        model_state = full_state_dict(self.policy) if sharded else None
+        optimizer_state = full_optimizer_state_dict(self.policy, self.optimizer) if sharded else None
         path = None
         if self.dist.is_main:
             trainer_state = {"algorithm": self.algo.name, "optimizer_steps": self.opt_step,
@@ -667,7 +730,8 @@ class RLRecipe:
                              "info": _jsonable(self.info)}
             path = save_checkpoint(self.ckpt_root, self.step, model=self.policy, optimizer=self.optimizer,
                                    scheduler=self.scheduler, trainer_state=trainer_state, rng=rng_all,
-                                   keep_last=self.opts.keep_last)
+                                   keep_last=self.opts.keep_last, model_state=model_state,
+                                   optimizer_state=optimizer_state)
         barrier(self.dist)
         return path or checkpoint_path_for(self.ckpt_root, self.step)
 
