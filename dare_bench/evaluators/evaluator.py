@@ -24,6 +24,7 @@ untouched) from (seed, batch number), and batches are formed the same way for th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -455,8 +456,11 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
              split: str = "test", source: str | os.PathLike | None = None, grader: str | None = None, seed: int = 0,
              batch_size: int | None = None, device: str = "cpu", dtype: str = "float32", progress: bool = True,
              sink: Sink | None = None, overrides: dict[str, Any] | None = None,
-             generate_fn: Callable | None = None) -> EvalResult:
-    """Evaluate `model` (checkpoint dir, model preset or a loaded DiffusionLM + `tokenizer`) on `task`."""
+             generate_fn: Callable | None = None, shard: tuple[int, int] | None = None) -> EvalResult:
+    """Evaluate `model` (checkpoint dir, model preset or a loaded DiffusionLM + `tokenizer`) on `task`.
+
+    `shard=(k, n)`: only the k-th of n contiguous shares of the items (data-parallel evaluation; the ranks'
+    results are joined with `merge_shards`)."""
     t_start = time.perf_counter()
     task = resolve_task(task)
     check_grader(task, grader)
@@ -466,6 +470,9 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
     items = list(dataset)
     if not items:
         raise DataError(f"task {task.name!r} ({split}) has no items to evaluate")
+    if shard is not None:
+        k, n = shard
+        items = items[len(items) * k // n: len(items) * (k + 1) // n]
     loaded = load_model(model, task, device=device, dtype=dtype, seed=seed, tokenizer=tokenizer)
     traits = loaded.model.traits
     chosen = resolve_preset(preset, traits.family, task.name, loaded.tiny)
@@ -500,7 +507,7 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
     finally:
         if bar is not None:
             bar.close()
-    metrics = aggregate(records, task)
+    metrics = aggregate(records, task) if records else {}  # an empty shard: merge_shards scores the whole set
     metrics["generation_errors"] = float(len(gen_stats["errors"]))
     metrics.update({
         "tokens_per_forward": gen_stats["tokens_per_forward"],
@@ -518,6 +525,31 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
     if sink is not None:
         sink("evaluation", result.evaluation_record())
     return result
+
+
+def merge_shards(shards: Sequence[EvalResult], task) -> EvalResult:
+    """One result from the shards of a data-parallel evaluation (`evaluate(..., shard=(k, n))`, in shard order):
+    records concatenated, the metrics recomputed over all of them; forwards, errors and seconds summed (the wall
+    time is the slowest shard's), tokens per forward re-derived from the totals."""
+    task = resolve_task(task)
+    records = [r for part in shards for r in part.records]
+    metrics = aggregate(records, task)
+    total = lambda key: sum(float(part.metrics.get(key, 0.0)) for part in shards)  # noqa: E731
+    # tokens per forward = generated tokens / row-forwards; a shard's row-forwards = its tokens / its ratio
+    tokens = [float(p.metrics.get("generated_tokens_per_item", 0.0)) * len(p.records) for p in shards]
+    row_forwards = sum(t / float(p.metrics["tokens_per_forward"]) for t, p in zip(tokens, shards)
+                       if float(p.metrics.get("tokens_per_forward", 0.0)) > 0)
+    metrics.update({
+        "generation_errors": total("generation_errors"),
+        "tokens_per_forward": sum(tokens) / row_forwards if row_forwards else 0.0,
+        "forwards": total("forwards"),
+        "generated_tokens_per_item": sum(tokens) / len(records),
+        "generation_seconds": max(float(p.metrics.get("generation_seconds", 0.0)) for p in shards),
+        "grading_seconds": max(float(p.metrics.get("grading_seconds", 0.0)) for p in shards),
+        "wall_seconds": max(float(p.metrics.get("wall_seconds", 0.0)) for p in shards),
+    })
+    first = shards[0]
+    return dataclasses.replace(first, metrics=metrics, records=records)
 
 
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:

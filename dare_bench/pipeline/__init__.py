@@ -7,12 +7,19 @@ with the reproduction's algorithm (RL through `trainers.loop.train_rl`, SFT / Lo
 VRPO through `trainers.preference`), evaluates the result on the same items, and records everything in the store:
 the run (resolved config + hash, seed, code / package versions, hardware), per-step metrics, and the base and final
 evaluations with per-sample records. At `paper` scale the base is the real checkpoint (`--checkpoint DIR` or
-`$DARE_BENCH_CHECKPOINTS/<name>`) and a GPU is required; `--dry-run` prints the plan without running it.
+`$DARE_BENCH_CHECKPOINTS/<name>`) and a GPU is required, unless `--device cpu` is asked for explicitly (the whole
+recipe on CPU, for checks with shrunk checkpoints: `dare-bench checkpoint shrink`); `--dry-run` prints the plan
+without running it. `--nproc N` runs the reproduction under torchrun, one process per GPU (or CPU core with
+gloo): the model is FSDP2-sharded, every rank trains and evaluates its share, only rank 0 writes (one run row, its
+metrics, checkpoints, the final model).
 
     dare-bench reproduce d1-llada-sudoku                      # tiny (the default without a GPU)
     dare-bench reproduce d1-llada-sudoku --scale micro --json # seconds; what CI runs
     dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
-    torchrun: the paper-scale launcher prints its command with --dry-run (single-process execution otherwise)
+    dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --nproc 8
+    dare-bench checkpoint shrink LLaDA-8B-Instruct /tmp/llada-shrunk --layers 2 --hidden 256
+    dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint /tmp/llada-shrunk --device cpu --nproc 2 \
+        train.steps=2 eval.limit=4                            # the paper path end to end on a CPU machine
 
     from dare_bench.pipeline import reproduce
     result = reproduce("d1-llada-sudoku", scale="micro", db="sqlite:///runs.db")
@@ -31,12 +38,15 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
+import warnings
 from pathlib import Path
 
+from dare_bench.errors import ConfigError
 from dare_bench.pipeline.base_cache import build_base, load_base
 from dare_bench.pipeline.context import Base, Log, RunContext
 from dare_bench.pipeline.evaluation import _new_uid, evaluate_base, evaluate_final, evaluate_model
 from dare_bench.pipeline.examples import preference_pairs, sft_examples
+from dare_bench.pipeline.launch import check_nproc, launch_torchrun, torchrun_command, under_torchrun
 from dare_bench.pipeline.plan import _require_gpu_and_checkpoint, default_scale, local_plan, paper_plan, resolve
 from dare_bench.pipeline.summary import ReproduceResult, summary_lines
 from dare_bench.pipeline.train import save_final_model, train
@@ -46,9 +56,10 @@ from dare_bench.pipeline.train import save_final_model, train
 def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, db: str | None = None,
               resume: bool = False, dry_run: bool = False, overrides: list[str] | tuple[str, ...] = (),
               force: bool = False, checkpoint: str | None = None, device: str | None = None,
-              progress: bool = True, log: Log = print) -> ReproduceResult:
+              nproc: int | None = None, progress: bool = True, log: Log = print) -> ReproduceResult:
     """Plan (dry runs stop here), skip an identical finished run unless `force`, then run the stages (`_run`)
-    under a store record that is marked failed if any stage raises."""
+    under a store record that is marked failed if any stage raises. `nproc` > 1: the same call under torchrun
+    (`pipeline/launch.py`); inside torchrun every rank runs this function and rank 0 alone writes."""
     start = time.perf_counter()
     chosen_scale = scale or default_scale()
     if scale is None and chosen_scale == "tiny":
@@ -57,53 +68,97 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     run_seed = cfg.profile.seeds[0] if seed is None else int(seed)
     common = dict(name=spec.name, scale=chosen_scale, seed=run_seed, config_hash=cfg.content_hash,
                   modified=cfg.modified)
+    paper = chosen_scale in ("paper", "official")
+    if checkpoint is not None and not paper:
+        raise ConfigError(f"--checkpoint applies to the paper scale only; {chosen_scale} starts from the cached SFT "
+                          f"base of the {cfg.profile.model.preset} preset (drop --checkpoint, or use --scale paper)")
+    run_device = device or ("cuda" if paper else "cpu")
+    launcher = dict(name=name, scale=chosen_scale, seed=seed, db=db, resume=resume, overrides=list(overrides),
+                    force=force, checkpoint=checkpoint, device=run_device)
+    nproc = None if (nproc or 1) <= 1 or under_torchrun() else int(nproc)
+    if nproc is not None:
+        check_nproc(nproc, run_device, cfg)
 
-    if chosen_scale in ("paper", "official"):
+    if paper:
         plan = paper_plan(cfg, checkpoint)
+        if nproc is not None:
+            plan["command"] = " ".join(torchrun_command(nproc=nproc, **launcher))
         if dry_run:
             return ReproduceResult(run_id=None, status="dry-run", plan=plan, db="", **common)
-        _require_gpu_and_checkpoint(plan)
+        _require_gpu_and_checkpoint(plan, run_device)
     elif dry_run:
         plan = local_plan(cfg)
+        if nproc is not None:
+            plan["command"] = " ".join(torchrun_command(nproc=nproc, **launcher))
         return ReproduceResult(run_id=None, status="dry-run", plan=plan, db="", **common)
-    paper_dir = Path(plan["checkpoint_dir"]) if chosen_scale in ("paper", "official") else None
+    if paper and run_device == "cpu":
+        warnings.warn(f"{spec.name}: running the paper recipe on CPU (--device cpu); meant for checks with shrunk "
+                      "checkpoints, a full-size model is far too slow", stacklevel=2)
+    if nproc is not None:
+        return launch_torchrun(nproc=nproc, progress=progress, log=log, **launcher)
+    paper_dir = Path(plan["checkpoint_dir"]) if paper else None
 
-    from dare_bench.store import Store
+    from dare_bench.trainers.distributed import broadcast_object, init_distributed, rank_device
 
-    store = Store(db)
-    store.mark_orphans_failed()
-    if not force:
-        done = store.find_runs(config_hash=cfg.content_hash, seed=run_seed)
-        if done:
-            prev = done[0]
-            evals = store.evaluations(prev["id"])
-            finals = [e for e in evals if e.get("checkpoint") == "final"]
-            bases = [e for e in evals if e.get("checkpoint") == "base"]
-            return ReproduceResult(
-                run_id=prev["id"], status="skipped", db=store.url, wall_seconds=time.perf_counter() - start,
-                metrics=finals[0]["metrics"] if finals else {}, base_metrics=bases[0]["metrics"] if bases else {},
-                message="an identical finished run exists (use --force to run again)", **common)
+    info = init_distributed(device=run_device)  # joins torchrun's group (a no-op in one process)
+    store, decision = None, None
+    if info.is_main:
+        from dare_bench.store import Store
 
-    run_id = store.start_run(cfg, seed=run_seed)
-    result = ReproduceResult(run_id=run_id, status="running", db=store.url, **common)
+        store = Store(db)
+        store.mark_orphans_failed()
+        decision = _previous_run(store, cfg, run_seed, common, start) if not force else None
+        if decision is None:
+            decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed), status="running", db=store.url,
+                                       **common)
+    result = broadcast_object(decision, info)  # every rank follows rank 0: skip, or run under its run id
+    if result.status == "skipped":
+        return result
     try:
-        _run(RunContext(cfg, store, run_id, result, seed=run_seed, resume=resume,
-                        device=device or ("cuda" if paper_dir is not None else "cpu"), progress=progress, log=log,
-                        paper_dir=paper_dir))
+        _run(RunContext(cfg, store, result.run_id, result, seed=run_seed, resume=resume,
+                        device=rank_device(run_device, info), progress=progress, log=log if info.is_main else _quiet,
+                        paper_dir=paper_dir, rank=info.rank))
     except BaseException as exc:
-        store.fail_run(run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+        if store is not None:
+            store.fail_run(result.run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         raise
     result.status = "finished"
     result.wall_seconds = time.perf_counter() - start
     return result
 
 
+def _previous_run(store, cfg, seed: int, common: dict, start: float) -> ReproduceResult | None:
+    """The skipped-run result when an identical run (same config hash and seed) already finished."""
+    done = store.find_runs(config_hash=cfg.content_hash, seed=seed)
+    if not done:
+        return None
+    prev = done[0]
+    evals = store.evaluations(prev["id"])
+    finals = [e for e in evals if e.get("checkpoint") == "final"]
+    bases = [e for e in evals if e.get("checkpoint") == "base"]
+    return ReproduceResult(
+        run_id=prev["id"], status="skipped", db=store.url, wall_seconds=time.perf_counter() - start,
+        metrics=finals[0]["metrics"] if finals else {}, base_metrics=bases[0]["metrics"] if bases else {},
+        message="an identical finished run exists (use --force to run again)", **common)
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0: rank 0 speaks for the job."""
+
+
 def _run(ctx: RunContext) -> None:
     """The stages of one run, in order: base -> base evaluation -> training -> final model -> final evaluation."""
+    from dare_bench.trainers.distributed import barrier, dist_info
+
     cfg, result = ctx.cfg, ctx.result
     stages = result.stage_seconds
+    info = dist_info()
     with _timed(stages, "base"):
+        if not ctx.is_main:  # rank 0 builds (or finds) the cached tiny base first; the others then load it
+            barrier(info)
         base = load_base(ctx)
+        if ctx.is_main:
+            barrier(info)
     base.model = base.model.to(ctx.device)
 
     with _timed(stages, "base_eval"):
@@ -118,7 +173,8 @@ def _run(ctx: RunContext) -> None:
 
     with _timed(stages, "final_eval"):
         final_record = evaluate_final(ctx, base, model, final_step, base_record)
-    ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record])
+    if ctx.store is not None:
+        ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record])
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
     dare-bench reproduce d1-llada-sudoku                  # tiny scale on a CPU machine
     dare-bench reproduce sft-llada-sudoku --scale micro --json
     dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
+    dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint SHRUNK --device cpu --nproc 2 train.steps=2
     dare-bench reproduce --help
 """
 
@@ -31,16 +32,26 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan; run nothing."),
         force: bool = typer.Option(False, "--force", help="Run even if an identical finished run exists."),
         checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Real checkpoint dir (paper scale)."),
-        device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (default: cpu, cuda at paper)."),
+        device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (default: cpu, cuda at paper; "
+                                             "paper on cpu only when asked, for shrunk checkpoints)."),
+        nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks: run under torchrun with N "
+                                            "processes (GPUs, or CPU cores with gloo); FSDP2-sharded, rank 0 "
+                                            "writes. --dry-run prints the torchrun command."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object at the end (CI reads it)."),
     ) -> None:
         """Run a reproduction end to end: base -> algorithm -> evaluation -> store."""
         from dare_bench.pipeline import reproduce, summary_lines
+        from dare_bench.pipeline.launch import write_result
+        from dare_bench.trainers.distributed import dist_info
 
         log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
         result = reproduce(name, scale, seed=seed, db=db, resume=resume, dry_run=dry_run,
                            overrides=list(overrides or []), force=force, checkpoint=checkpoint, device=device,
-                           progress=sys.stderr.isatty() or not as_json, log=log)
+                           nproc=nproc, progress=sys.stderr.isatty() or not as_json, log=log)
+        if not dist_info().is_main:  # a torchrun job: rank 0 reports for every rank
+            return
+        if write_result(result):  # a rank of a `--nproc` job: the parent reports
+            return
         if as_json:
             typer.echo(json.dumps(result.to_json(), default=str))
         elif result.status == "dry-run":

@@ -22,7 +22,7 @@ class RunContext:
     """The fixed inputs of one reproduction run, shared by every stage of `dare_bench.pipeline._run`."""
 
     cfg: Any  # the resolved RunConfig
-    store: Any  # dare_bench.store.Store
+    store: Any  # dare_bench.store.Store on rank 0; None on the other ranks of a torchrun job (only rank 0 writes)
     run_id: int
     result: Any  # the ReproduceResult the stages fill in
     seed: int
@@ -31,6 +31,12 @@ class RunContext:
     progress: bool
     log: Log
     paper_dir: Path | None = None  # paper scale: the real checkpoint (the base); None: tiny / micro SFT base
+    rank: int = 0  # this process's rank under torchrun (0 in one process)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes (store rows, metrics, checkpoints, the final model)."""
+        return self.rank == 0
 
     @property
     def run_dir(self) -> Path:

@@ -1,6 +1,8 @@
 """Stages 3 and 5, evaluation: the base (cached beside it, shared by every algorithm on it) and the trained model,
 on the same items with the reproduction's pinned sampler (`eval.sampler`); also the mid-training evaluations of
-`train.eval_every` (stored as evaluation `step-N`).
+`train.eval_every` (stored as evaluation `step-N`). Under torchrun every rank decodes and grades its share of the
+items (with the model's full weights gathered, so no rank waits in a collective) and rank 0 joins the shards and
+writes (the store, the cached base evaluation).
 
     dare-bench reproduce baseline-llada-sudoku --scale micro    # train.kind none: the base's evaluation is final
 
@@ -21,7 +23,7 @@ from dare_bench.pipeline.context import Base, RunContext
 def evaluate_base(ctx: RunContext, base: Base):
     """The base's evaluation record (cached); its metrics become `result.base_metrics`."""
     base_eval, base_record = _cached_base_eval(base.model, base.tokenizer, base.task, ctx.cfg, base.directory,
-                                               seed=ctx.seed, progress=ctx.progress)
+                                               seed=ctx.seed, progress=ctx.progress and ctx.is_main)
     ctx.result.base_metrics = dict(base_eval["metrics"])
     return base_record
 
@@ -32,7 +34,7 @@ def evaluate_final(ctx: RunContext, base: Base, model, final_step: int, base_rec
         ctx.result.metrics = dict(ctx.result.base_metrics)
         return base_record.model_copy(update={"checkpoint": "final", "uid": _new_uid()})
     final_eval, final_record = evaluate_model(model, base.tokenizer, base.task, ctx.cfg, seed=ctx.seed,
-                                              progress=ctx.progress, label="final", step=final_step)
+                                              progress=ctx.progress and ctx.is_main, label="final", step=final_step)
     ctx.result.metrics = dict(final_eval.metrics)
     return final_record
 
@@ -48,15 +50,22 @@ def sampler_preset_from_config(sampler, template: str = "plain", batch_size: int
 
 
 def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, label: str, step: int):
-    from dare_bench.evaluators.evaluator import evaluate
+    """(EvalResult, EvaluationRecord) of `model` with the run's pinned evaluation; data-parallel under torchrun
+    (every rank its contiguous share of the items, joined in rank order: the same records as one process)."""
+    from dare_bench.evaluators.evaluator import evaluate, merge_shards
+    from dare_bench.store.records import EvaluationRecord
+    from dare_bench.trainers.distributed import dist_info, gather_objects, gathered_for_inference
 
     ev = cfg.profile.eval
-    from dare_bench.store.records import EvaluationRecord
-
+    info = dist_info()
     template = "plain" if cfg.scale in ("tiny", "micro") else "chat"
     preset = sampler_preset_from_config(ev.sampler, template=template, batch_size=ev.batch_size)
-    result = evaluate(model, task, preset=preset, tokenizer=tokenizer, limit=ev.limit, split=ev.split,
-                      grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=progress)
+    with gathered_for_inference(model):
+        result = evaluate(model, task, preset=preset, tokenizer=tokenizer, limit=ev.limit, split=ev.split,
+                          grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=progress,
+                          shard=(info.rank, info.world_size) if info.enabled else None)
+    if info.enabled:
+        result = merge_shards(gather_objects(result, info), task)
     record = EvaluationRecord(**{**result.evaluation_record(), "checkpoint": label, "step": step,
                                  "primary_metric": ev.metric})
     return result, record
@@ -72,13 +81,17 @@ def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int,
     """The base's evaluation is shared by every algorithm on it: cached beside the base, keyed by eval settings."""
     from dare_bench.store.records import EvaluationRecord
 
+    from dare_bench.trainers.distributed import broadcast_object, dist_info
+
+    info = dist_info()
     key = _hash({"eval": cfg.profile.eval.model_dump(), "grader": cfg.grader, "seed": seed})[:16]
     path = base_dir / f"eval-{key}.json"
-    if path.exists():
+    if broadcast_object(path.exists(), info):  # rank 0's view decides: every rank then takes the same branch
         record = EvaluationRecord.model_validate_json(path.read_text())
         return {"metrics": record.metrics}, record
     res, record = evaluate_model(model, tokenizer, task, cfg, seed=seed, progress=progress, label="base", step=0)
-    atomic_write_json(path, json.loads(record.model_dump_json()))
+    if info.is_main:
+        atomic_write_json(path, json.loads(record.model_dump_json()))
     return {"metrics": res.metrics}, record
 
 
@@ -91,7 +104,8 @@ def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
     def run(policy, step: int) -> dict[str, float]:
         res, record = evaluate_model(policy, tokenizer, task, cfg, seed=seed, progress=False, label=f"step-{step}",
                                      step=step)
-        store.add_evaluation(run_id, record)
+        if store is not None:  # rank 0 (the other ranks have no store)
+            store.add_evaluation(run_id, record)
         return {k: res.metrics[k] for k in dict.fromkeys((metric, "score")) if k in res.metrics}
 
     return run

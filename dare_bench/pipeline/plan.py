@@ -171,15 +171,20 @@ def _checkpoint_dir(ckpt_id: str | None, given: str | None) -> Path | None:
     return None
 
 
-def _require_gpu_and_checkpoint(plan: dict[str, Any]) -> None:
+def _require_gpu_and_checkpoint(plan: dict[str, Any], device: str = "cuda") -> None:
+    """A paper run needs its checkpoint, and a GPU unless `--device cpu` was asked for explicitly."""
     import torch
 
     if plan["checkpoint_dir"] is None:
         raise CheckpointError(f"--scale paper needs the checkpoint {plan['checkpoint']}: pass --checkpoint DIR or set "
                               "DARE_BENCH_CHECKPOINTS to a directory holding it")
+    if device == "cpu":
+        return
+    if not device.startswith("cuda"):
+        raise ConfigError(f"--device {device!r}: use cuda, or cpu (the paper recipe on CPU, for shrunk checkpoints)")
     if not torch.cuda.is_available():
-        raise DareBenchError("--scale paper needs a CUDA GPU; use --scale tiny (or micro) on this machine, or "
-                             "--dry-run to see the plan")
+        raise DareBenchError("--scale paper needs a CUDA GPU; use --scale tiny (or micro) on this machine, --device "
+                             "cpu to run the recipe on CPU (with a shrunk checkpoint), or --dry-run to see the plan")
 
 
 __all__ = ["default_scale", "local_plan", "paper_plan", "resolve"]

@@ -51,20 +51,33 @@ def train_rl_stage(ctx: RunContext, base: Base, sink):
     model, tokenizer, task, train_data, template = base.model, base.tokenizer, base.task, base.train_data, base.template
     train = cfg.profile.train
     run_dir = ctx.run_dir
-    if not resume:  # a fresh run must never resume later from a previous run's checkpoints
+    if not resume and ctx.is_main:  # a fresh run must never resume later from a previous run's checkpoints
         import shutil
 
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     options = loop.RLRunOptions(seed=seed, sink=sink, progress=ctx.progress, checkpoint_dir=run_dir / "checkpoints",
                                 resume=resume, items=list(train_data), prompt_template=template,
                                 grader=cfg.grader, compute_dtype=_compute_dtype(cfg),
+                                unit_prompts=_unit_prompts(cfg),
                                 evaluate=_mid_training_eval(tokenizer, task, cfg, seed, store, run_id))
     out = loop.train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), train, options=options)
-    if out.resumed_from:  # steps trained before the interruption belong to this run's curve too
+    if out.resumed_from and store is not None:  # steps trained before the interruption belong to this run too
         for step, metrics in enumerate(out.history[: out.resumed_from], start=1):
             store.log_metrics(run_id, step, metrics)
     ctx.result.reward_curve = [float(h["reward_mean"]) for h in out.history if "reward_mean" in h]
     return out.policy, out.optimizer_steps
+
+
+def _unit_prompts(cfg) -> int | None:
+    """Paper scale: rollout units of the published per-GPU share of the batch (batch_prompts / train.gpus, or a
+    divisor of the batch when the override is smaller), seeded by their place in the batch, so a paper run's numbers
+    do not depend on how many ranks run it (1 == N processes). tiny / micro: one unit per rank (None)."""
+    train = cfg.profile.train
+    if cfg.scale not in ("paper", "official") or train.batch_prompts is None:
+        return None
+    import math
+
+    return math.gcd(train.batch_prompts, max(1, train.batch_prompts // (train.gpus or 1)))
 
 
 def _compute_dtype(cfg) -> str | None:
@@ -118,7 +131,8 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
 
 def _metrics_sink(store, run_id: int, result: ReproduceResult):
     def sink(step: int, metrics: dict) -> None:
-        store.log_metrics(run_id, int(step), metrics)
+        if store is not None:  # rank 0 writes; the trainers call the sink on rank 0 only
+            store.log_metrics(run_id, int(step), metrics)
         if "reward_mean" in metrics:
             result.reward_curve.append(float(metrics["reward_mean"]))
 
@@ -127,13 +141,20 @@ def _metrics_sink(store, run_id: int, result: ReproduceResult):
 
 def save_final_model(model, tokenizer, directory: Path) -> None:
     """The trained model, atomically: a Hugging Face checkpoint dir, or PEFT-format adapters for LoRA runs (both load
-    with `dare-bench eval --model DIR`)."""
-    with atomic_directory(directory) as tmp:
-        if hasattr(model, "peft_config"):
-            model.save_pretrained(str(tmp))
-            tokenizer.save_pretrained(str(tmp))
-        else:
-            model.save_pretrained(tmp, tokenizer=tokenizer)
+    with `dare-bench eval --model DIR`). An FSDP2-sharded model's full weights are gathered (every rank takes part)
+    and rank 0 writes them."""
+    from dare_bench.trainers.distributed import barrier, dist_info, full_state_dict, is_sharded
+
+    info = dist_info()
+    state = full_state_dict(model) if is_sharded(model) else None
+    if info.is_main:
+        with atomic_directory(directory) as tmp:
+            if hasattr(model, "peft_config"):
+                model.save_pretrained(str(tmp), state_dict=state)
+                tokenizer.save_pretrained(str(tmp))
+            else:
+                model.save_pretrained(tmp, tokenizer=tokenizer, state_dict=state)
+    barrier(info)  # the directory exists for every rank afterwards
 
 
 __all__ = ["save_final_model", "train", "train_rl_stage", "train_sft_stage", "train_vrpo_stage"]

@@ -300,3 +300,13 @@ def test_llada_logits_eos_inf_never_emits_eos(llada):
     banned = generate(AllEos(llada), _prompt(6), gen_length=8, block_length=8, steps=8, logits_eos_inf=True)
     assert bool((plain.sequences[0, 6:] == eos).all())
     assert not bool((banned.sequences[0, 6:] == eos).any())
+
+
+def test_dream_reads_the_configs_remasking_name_as_its_alg(dream):
+    """Reproduction configs say `remasking: entropy` for every backbone; Dream's sampler calls it `alg`."""
+    prompt = _prompt(5, seed=3)
+    settings = dict(max_new_tokens=8, steps=4, temperature=0.0)
+    by_alg = generate(dream, prompt, alg="entropy", **settings).sequences
+    assert torch.equal(generate(dream, prompt, remasking="entropy", **settings).sequences, by_alg)
+    with pytest.raises(SamplerError, match="disagree"):
+        generate(dream, prompt, alg="entropy", remasking="maskgit_plus", **settings)

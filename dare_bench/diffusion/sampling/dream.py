@@ -118,12 +118,16 @@ class DreamSettings(SamplerSettings):
     official: bool  # no threshold, no cache, one block: the official diffusion_generate
     block_length: int | None  # Fast-dLLM only (None when official)
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"alg", "alg_temp", "eps"})
+    # `remasking` is the reproduction configs' backbone-neutral name (SamplerSettings.remasking) for Dream's `alg`
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"alg", "alg_temp", "eps", "remasking"})
 
     @classmethod
     def resolve(cls, call: CallSettings, options: dict[str, Any], traits, prompt_ids, attention_mask):
         gen, threshold, block_length = call.gen_length, call.threshold, call.block_length
-        alg = options.get("alg", "origin")
+        if "alg" in options and "remasking" in options and options["alg"] != options["remasking"]:
+            raise SamplerError(f"alg {options['alg']!r} and remasking {options['remasking']!r} disagree; they name "
+                               "the same Dream setting")
+        alg = options.get("alg", options.get("remasking", "origin"))
         if alg not in DREAM_ALGS:
             raise SamplerError(f"unknown alg {alg!r}; use one of {DREAM_ALGS}")
         alg_temp = options.get("alg_temp")
