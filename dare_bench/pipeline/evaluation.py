@@ -80,7 +80,6 @@ def _new_uid() -> str:
 def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int, progress: bool):
     """The base's evaluation is shared by every algorithm on it: cached beside the base, keyed by eval settings."""
     from dare_bench.store.records import EvaluationRecord
-
     from dare_bench.trainers.distributed import broadcast_object, dist_info
 
     info = dist_info()
