@@ -115,6 +115,7 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
         if family != cfg.backbone:
             raise CheckpointError(f"{config_source}: a {family} checkpoint, but {cfg.reproduction} needs a "
                                   f"{cfg.backbone} backbone ({ckpt_id})")
+        _check_tokenizer(ckpt_dir, read_config(ckpt_dir)[0])
         model = from_config(ckpt_dir)
     else:
         config_source, config = real_config(ckpt_id)
@@ -143,6 +144,21 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
         "config": cfg.to_dict(),
     }
     return plan
+
+
+def _check_tokenizer(ckpt_dir: Path, config: dict[str, Any]) -> None:
+    """The checkpoint's tokenizer loads and fits its embedding: every token id below the config's vocab_size
+    (a tokenizer from another model would index past the embedding, or decode garbage, without an error)."""
+    from dare_bench.models import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(ckpt_dir)
+    except Exception as exc:  # transformers raises many types for missing / corrupt tokenizer files
+        raise CheckpointError(f"{ckpt_dir}: no usable tokenizer ({type(exc).__name__}: {exc})") from None
+    vocab = config.get("vocab_size")
+    if vocab is not None and len(tokenizer) > int(vocab):
+        raise CheckpointError(f"{ckpt_dir}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size "
+                              f"is {vocab}: the tokenizer does not belong to this checkpoint")
 
 
 def _lora_params(model, lora) -> int:
