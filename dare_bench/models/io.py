@@ -20,6 +20,7 @@ import torch
 from dare_bench.errors import CheckpointError
 from dare_bench.fileio import atomic_directory
 from dare_bench.models.families import FAMILIES, detect_family
+from dare_bench.models.layers import check_backend
 from dare_bench.models.presets import PRESETS, preset_config
 
 if TYPE_CHECKING:  # for annotations only: base.py (DiffusionLM.save_pretrained) imports this module
@@ -127,11 +128,9 @@ def set_attention(model, name: str):
     `model` (a DiffusionLM, or a wrapper around one: PEFT, FSDP2, DDP), checked first (`layers.check_backend`: a
     missing extra is one line naming it). Returns `model`. Raises if `model` holds no backbone, so a selection is
     never silently dropped."""
-    from dare_bench.models.base import DiffusionLM
-    from dare_bench.models.layers import check_backend
-
     check_backend(name)
-    backbones = [m for m in model.modules() if isinstance(m, DiffusionLM)]
+    # DiffusionLM by its method (base.py imports this module, so no import of it here)
+    backbones = [m for m in model.modules() if callable(getattr(m, "set_attention_backend", None))]
     if not backbones:
         raise CheckpointError(f"set_attention: {type(model).__name__} holds no dare-bench backbone")
     for m in backbones:
@@ -143,8 +142,6 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
                     attention: str = "sdpa") -> DiffusionLM:
     """Load a checkpoint directory, or build a preset (`tiny-llada`, ...) with a seeded random init; `attention` is
     the attention backend (checked before any weight is read)."""
-    from dare_bench.models.layers import check_backend
-
     check_backend(attention)
     dtype = resolve_dtype(dtype)
     p = Path(str(path_or_preset)).expanduser()
