@@ -71,6 +71,11 @@ class ModelRef(Strict):
     revision: str | None = Field(None, description=f"40-hex commit of the checkpoint, or {UNPINNED!r}")
     preset: str | None = Field(None, description="tiny model preset (dare_bench.models.presets), e.g. tiny-llada")
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    # The names of dare_bench.models.layers.BACKENDS (a test keeps them equal). Left out of dumps when it is the
+    # default, so adding the field kept every existing config hash (and the pinned baselines) unchanged.
+    attention: Literal["sdpa", "flash_attn", "flex"] = Field(
+        "sdpa", exclude_if=lambda v: v == "sdpa",
+        description="attention backend the model is loaded with (flash_attn: the gpu extra)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRef":

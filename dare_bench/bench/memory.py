@@ -13,6 +13,8 @@ The no-grad old-policy pass (`prepare`) runs before the measurement window.
     dare-bench bench memory                     # CPU, d_model 384, sequence 256, 4 rows, MC 1,2,4,8,16
     dare-bench bench memory --json --mc-samples 1,2,4 --d-model 64 --seq-len 64 --rows 2
     dare-bench bench memory --device cuda       # one GPU (torchrun is not needed: one process per point)
+    dare-bench bench memory --plan LLaDA-8B-Instruct --layers 2 --d-model 256 --rows 2 --seq-len 256 --threads 1
+                                                # the memory plan (trainers/memory_plan.py) vs a measured step
 
 Output: a table and the ratios BGPO(max)/BGPO(min) (goal ≤ 1.10) and naive(max)/BGPO(max) (goal ≥ 4);
 `--json` prints `{"points": [{"method", "mc_samples", "peak_bytes"}, ...], "ratios": {...}, "settings": {...}}`.
@@ -24,7 +26,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -127,9 +129,94 @@ def measure_point(spec: dict[str, Any]) -> dict[str, Any]:
     return {"method": spec["method"], "mc_samples": k, "peak_bytes": int(peak), "measure": how}
 
 
+# --- the memory plan against a measured training step (`--plan`; runs in a child process) ----------------------
+
+def measure_training_step(spec: dict[str, Any]) -> dict[str, Any]:
+    """One steady-state SFT step of a shrunk real checkpoint (fp32, replicated, one process): `micro_batches`
+    forward + backward passes of the masked-diffusion loss (trainers.sft.sft_loss) and an AdamW step. A first
+    step runs before the window, so AdamW's states exist (as in every later step) and one-time allocations are not
+    charged; the peak is the VmHWM growth over the resident set after it (weights and optimizer states included
+    in the baseline, gradients set to None by zero_grad as the trainers do)."""
+    import torch
+
+    from dare_bench.models.families import detect_family
+    from dare_bench.models.io import build_model
+    from dare_bench.models.real_configs import real_config
+    from dare_bench.models.shrink import shrunk_config
+    from dare_bench.trainers.sft import sft_loss
+
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    config = real_config(spec["checkpoint"])[1]
+    family = detect_family(config, spec["checkpoint"]).name
+    small = shrunk_config(config, family, layers=spec["layers"], hidden=spec["hidden"])
+    torch.manual_seed(0)
+    model = build_model(small, dtype=torch.float32)
+    model.init_weights()
+    model.train()
+    if spec["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    rows, seq = spec["rows"], spec["seq_len"]
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 1000, (rows, seq), generator=g)
+    prompt = torch.full((rows,), seq // 4)
+    answer = seq - prompt
+
+    def step():
+        for _ in range(spec["micro_batches"]):
+            (sft_loss(model, ids, prompt, answer, g) / spec["micro_batches"]).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    if not _reset_peak():  # pragma: no cover - needs Linux /proc
+        raise RuntimeError("measuring the peak needs /proc/self/clear_refs (Linux)")
+    base = _status_kib("VmHWM")
+    step()
+    return {"peak_bytes": (_status_kib("VmHWM") - base) * 1024, "parameters": model.num_parameters(),
+            "measure": "VmHWM growth over the steady state (clear_refs reset)"}
+
+
+def compare_plan(checkpoint: str = "LLaDA-8B-Instruct", *, layers: int = 2, hidden: int = 256, rows: int = 2,
+                 seq_len: int = 256, micro_batches: int = 2, threads: int = 1,
+                 timeout: float = 600) -> dict[str, Any]:
+    """The memory plan's prediction vs a measured step, with and without gradient checkpointing. The measured part
+    is what the step allocates beyond weights and optimizer states (exact counts in both): gradients,
+    activations, logits, compute copies and AdamW's temporaries."""
+    from dare_bench.models.families import detect_family
+    from dare_bench.models.io import build_model
+    from dare_bench.models.real_configs import real_config
+    from dare_bench.models.shrink import shrunk_config
+    from dare_bench.trainers.memory_plan import estimate_training_memory
+
+    config = real_config(checkpoint)[1]
+    small = shrunk_config(config, detect_family(config, checkpoint).name, layers=layers, hidden=hidden)
+    meta = build_model(small, device="meta")
+    points = []
+    for ckpt in (False, True):
+        spec = {"kind": "plan", "checkpoint": checkpoint, "layers": layers, "hidden": hidden, "rows": rows,
+                "seq_len": seq_len, "micro_batches": micro_batches, "gradient_checkpointing": ckpt,
+                "threads": threads}
+        measured = _run_child(spec, timeout)
+        est = estimate_training_memory(meta, world_size=1, strategy="replicated", rows=rows, seq_len=seq_len,
+                                       gradient_checkpointing=ckpt, compute_dtype="float32", device="cpu")
+        predicted = est["per_rank_total"] - est["master_weights"] - est["optimizer"] - est["reference_model"]
+        points.append({"gradient_checkpointing": ckpt, "predicted_bytes": predicted,
+                       "measured_bytes": measured["peak_bytes"], "ratio": predicted / max(measured["peak_bytes"], 1),
+                       "terms": est})
+    return {"checkpoint": checkpoint, "settings": {"layers": layers, "hidden": hidden, "rows": rows,
+                                                   "seq_len": seq_len, "micro_batches": micro_batches,
+                                                   "dtype": "float32", "strategy": "replicated"},
+            "parameters": meta.num_parameters(), "points": points, "measure": measured["measure"]}
+
+
 # --- driver -------------------------------------------------------------------------------------------------------
 
 def _run_point(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    return _run_child(spec, timeout)
+
+
+def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     env = dict(os.environ)
     threads = str(spec.get("threads", 2))
     # a fixed mmap threshold makes glibc return freed tensors to the OS, so the resident set follows live memory
@@ -137,7 +224,7 @@ def _run_point(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "dare_bench.bench.memory", json.dumps(spec)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"memory point {spec['method']}@{spec['mc_samples']} failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"memory point {spec} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -174,9 +261,28 @@ def register(group: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
         threads: int = typer.Option(2, "--threads", help="CPU threads per measuring process"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result only"),
+        plan: Optional[str] = typer.Option(
+            None, "--plan", help="instead: the memory plan (trainers/memory_plan.py) vs a measured SFT step of this "
+                                 "shipped real checkpoint shrunk to --layers / --d-model (e.g. LLaDA-8B-Instruct); "
+                                 "uses --rows, --seq-len, --threads"),
     ) -> None:
-        """Peak memory of one BGPO update vs a naive all-graphs ELBO objective as MC samples grow."""
+        """Peak memory of one BGPO update vs a naive all-graphs ELBO objective as MC samples grow (or, with --plan,
+        the memory plan's estimate vs a measured training step)."""
         from dare_bench.errors import ConfigError
+
+        if plan is not None:
+            if device not in ("auto", "cpu"):
+                raise ConfigError("--plan measures on CPU (the resident set); drop --device")
+            res = compare_plan(plan, layers=layers, hidden=d_model, rows=rows, seq_len=seq_len, threads=threads)
+            if as_json:
+                typer.echo(json.dumps(res))
+                return
+            typer.echo(f"memory plan vs measured ({res['measure']}), {res['checkpoint']} shrunk, {res['settings']}")
+            typer.echo(f"{'grad ckpt':<11}{'estimate MiB':>14}{'measured MiB':>14}{'ratio':>8}")
+            for p in res["points"]:
+                typer.echo(f"{str(p['gradient_checkpointing']):<11}{p['predicted_bytes'] / 2**20:>14.1f}"
+                           f"{p['measured_bytes'] / 2**20:>14.1f}{p['ratio']:>8.3f}")
+            return
 
         try:
             ks = sorted({int(x) for x in mc_samples.split(",") if x.strip()})
@@ -208,4 +314,5 @@ def register(group: typer.Typer) -> None:
 
 
 if __name__ == "__main__":  # a child process measuring one point: argv[1] is the JSON spec
-    typer.echo(json.dumps(measure_point(json.loads(sys.argv[1]))))
+    _spec = json.loads(sys.argv[1])
+    typer.echo(json.dumps(measure_training_step(_spec) if _spec.get("kind") == "plan" else measure_point(_spec)))

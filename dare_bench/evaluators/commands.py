@@ -4,6 +4,7 @@
     dare-bench eval --model /ckpt/LLaDA-8B-Instruct --task gsm8k --preset d1-llada --device cuda --json
     dare-bench eval --model tiny-llada --task sudoku --limit 4 --engine opencompass   # needs the opencompass extra
     dare-bench eval --model tiny-llada --task sudoku --limit 4 --preset tiny --set gen_length=64 --set steps=64
+    dare-bench eval --model /ckpt/LLaDA-8B-Instruct --task gsm8k --device cuda --dtype bfloat16 --attention flash_attn
     dare-bench score --task gsm8k --predictions preds.jsonl [--data test.parquet] [--grader strict] --json
 
 `score` reads one JSON object per line, `{"index": <item index in the data>, "completion": "..."}`, and prints
@@ -62,6 +63,19 @@ def _parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
+def _evaluate_with_attention(model_ref: str, task_name: str, attention: str, **kw):
+    """`evaluate` on a model loaded here (as the evaluator loads it) with its attention backend switched; the
+    checkpoint path the evaluator records for a directory is kept."""
+    from dare_bench.evaluators.evaluator import evaluate, load_model, resolve_task
+    from dare_bench.models import set_attention
+
+    loaded = load_model(model_ref, resolve_task(task_name), device=kw["device"], dtype=kw["dtype"], seed=kw["seed"])
+    set_attention(loaded.model, attention)
+    result = evaluate(loaded.model, task_name, tokenizer=loaded.tokenizer, **kw)
+    result.model, result.checkpoint = loaded.name, loaded.checkpoint
+    return result
+
+
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
@@ -96,6 +110,10 @@ def register(app: typer.Typer) -> None:
             [], "--set",
             help="Override a sampler setting of the preset: key=value (repeatable), e.g. --set gen_length=64.",
         ),
+        attention: str = typer.Option(
+            "sdpa", "--attention",
+            help="Attention backend: sdpa | flash_attn (CUDA, the gpu extra) | flex (native engine only).",
+        ),
     ) -> None:
         """Evaluate a backbone on a task with a pinned sampler preset; print metrics (and items with --json)."""
         try:
@@ -109,22 +127,34 @@ def register(app: typer.Typer) -> None:
                 from dare_bench.errors import ConfigError
 
                 raise ConfigError("--set works with the native engine only; pin a preset for OpenCompass runs")
+            from dare_bench.models.layers import check_backend
+
+            check_backend(attention)  # before any loading: a missing extra is one line naming it
+            if attention != "sdpa" and engine == "opencompass":
+                from dare_bench.errors import ConfigError
+
+                raise ConfigError("--attention works with the native engine only")
             if engine == "opencompass":
                 from dare_bench.evaluators.opencompass import run_opencompass_eval
 
                 result = run_opencompass_eval(model, task, preset=preset, limit=limit, grader=grader, source=data,
                                               split=split, seed=seed, batch_size=batch_size, device=device,
                                               dtype=dtype, work_dir=work_dir)
-            else:
+            elif attention == "sdpa":  # what every load gives
                 from dare_bench.evaluators.evaluator import evaluate
 
                 result = evaluate(model, task, preset=preset, limit=limit, grader=grader, source=data, split=split,
                                   seed=seed, batch_size=batch_size, device=device, dtype=dtype, progress=progress,
                                   overrides=settings)
+            else:
+                result = _evaluate_with_attention(model, task, attention, preset=preset, limit=limit, grader=grader,
+                                                  source=data, split=split, seed=seed, batch_size=batch_size,
+                                                  device=device, dtype=dtype, progress=progress, overrides=settings)
         except DareBenchError as exc:
             _fail(exc)
         payload = result.to_json()
         payload["engine"] = engine
+        payload["attention"] = attention
         if output is not None:
             from dare_bench.fileio import atomic_write_json
 

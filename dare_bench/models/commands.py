@@ -1,6 +1,6 @@
 """`dare-bench checkpoint shrink`: write a shrunk real checkpoint (real field set, ids, tokenizer; random weights).
 
-    dare-bench checkpoint shrink LLaDA-8B-Instruct OUT --layers 2 --hidden 256
+    dare-bench checkpoint shrink LLaDA-8B-Instruct OUT --layers 2 --hidden 256         # + a stand-in tokenizer
     dare-bench checkpoint shrink /ckpt-metadata/Dream-v0-Instruct-7B OUT --json     # copies tokenizer + template
 """
 
@@ -41,5 +41,6 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(f"{summary['family']}: {summary['parameters']:,} parameters "
                    f"({summary['embedding_share']:.0%} embeddings) -> {summary['directory']}")
-        if not summary["tokenizer"]:
-            typer.echo("note: the source has no tokenizer files; pass a metadata dir with them to copy them", err=True)
+        if summary["tokenizer"] == "stand-in":
+            typer.echo("note: the source has no tokenizer files; wrote a stand-in tokenizer with the real special ids "
+                       "(see STANDIN_TOKENIZER.md in the directory)", err=True)

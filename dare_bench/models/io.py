@@ -20,6 +20,7 @@ import torch
 from dare_bench.errors import CheckpointError
 from dare_bench.fileio import atomic_directory
 from dare_bench.models.families import FAMILIES, detect_family
+from dare_bench.models.layers import check_backend
 from dare_bench.models.presets import PRESETS, preset_config
 
 if TYPE_CHECKING:  # for annotations only: base.py (DiffusionLM.save_pretrained) imports this module
@@ -122,8 +123,26 @@ def load_state_dict_strict(model: DiffusionLM, state: dict[str, torch.Tensor], s
     model.load_state_dict(converted, strict=True, assign=True)
 
 
-def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int | None = 0) -> DiffusionLM:
-    """Load a checkpoint directory, or build a preset (`tiny-llada`, ...) with a seeded random init."""
+def set_attention(model, name: str):
+    """Select the attention backend (`sdpa` | `flash_attn` | `flex`, see `layers.BACKENDS`) of every backbone inside
+    `model` (a DiffusionLM, or a wrapper around one: PEFT, FSDP2, DDP), checked first (`layers.check_backend`: a
+    missing extra is one line naming it). Returns `model`. Raises if `model` holds no backbone, so a selection is
+    never silently dropped."""
+    check_backend(name)
+    # DiffusionLM by its method (base.py imports this module, so no import of it here)
+    backbones = [m for m in model.modules() if callable(getattr(m, "set_attention_backend", None))]
+    if not backbones:
+        raise CheckpointError(f"set_attention: {type(model).__name__} holds no dare-bench backbone")
+    for m in backbones:
+        m.set_attention_backend(name)
+    return model
+
+
+def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int | None = 0,
+                    attention: str = "sdpa") -> DiffusionLM:
+    """Load a checkpoint directory, or build a preset (`tiny-llada`, ...) with a seeded random init; `attention` is
+    the attention backend (checked before any weight is read)."""
+    check_backend(attention)
     dtype = resolve_dtype(dtype)
     p = Path(str(path_or_preset)).expanduser()
     if not p.exists():
@@ -134,7 +153,7 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
                     torch.manual_seed(seed)
                 model = build_model(config, device="cpu", dtype=torch.float32, source=str(path_or_preset))
                 model.init_weights()
-            return model.to(device=device, dtype=dtype).eval()
+            return set_attention(model.to(device=device, dtype=dtype).eval(), attention)
         raise CheckpointError(f"{p}: no such checkpoint directory or model preset")
     if not p.is_dir():
         raise CheckpointError(f"{p}: expected a checkpoint directory")
@@ -147,7 +166,7 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
     if gen_cfg.exists():
         model.generation_config = json.loads(gen_cfg.read_text())
     model.name_or_path = str(p)
-    return model.to(device=device).eval()
+    return set_attention(model.to(device=device).eval(), attention)
 
 
 def _is_weight_file(name: str) -> bool:

@@ -2,8 +2,9 @@
 
 Numerics follow the official code: RMSNorm computes in float32, casts back to the input dtype and then multiplies
 by the weight; rotary angles are computed in float32. Attention backends: `sdpa` (default, CPU and GPU),
-`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask, GPU); optional
-ones are imported lazily.
+`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask; GPU, and
+eagerly, slowly, on CPU); optional ones are imported lazily. `check_backend` is the one place that says whether a
+backend can run here (one-line errors naming what to install).
 """
 
 from __future__ import annotations
@@ -20,12 +21,20 @@ BACKENDS = ("sdpa", "flash_attn", "flex")
 
 
 def check_backend(backend: str) -> None:
+    """Raise a one-line `DareBenchError` unless `backend` can run on this installation."""
     if backend not in BACKENDS:
-        raise DareBenchError(f"unknown attention backend {backend!r}; use one of {BACKENDS}")
-    if backend == "flash_attn" and importlib.util.find_spec("flash_attn") is None:
-        raise missing_extra("flash-attn", "gpu")
-    if backend in ("flash_attn", "flex") and not torch.cuda.is_available():
-        raise DareBenchError(f"attention backend {backend!r} needs a CUDA GPU; use 'sdpa' on CPU")
+        raise DareBenchError(f"unknown attention backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "flash_attn":
+        if importlib.util.find_spec("flash_attn") is None:
+            raise missing_extra("flash-attn", "gpu")
+        if not torch.cuda.is_available():
+            raise DareBenchError("attention backend 'flash_attn' needs a CUDA GPU; use 'sdpa' (or 'flex') on CPU")
+    if backend == "flex":
+        try:
+            from torch.nn.attention import flex_attention  # noqa: F401  (torch >= 2.5)
+        except ImportError:
+            raise DareBenchError(f"attention backend 'flex' needs torch.nn.attention.flex_attention (torch >= 2.5), "
+                                 f"this is torch {torch.__version__}; upgrade torch or use 'sdpa'") from None
 
 
 class RMSNorm(nn.Module):

@@ -103,6 +103,7 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
     """What a paper-scale run would do: checkpoint, parameter count and memory budget from a meta-device model."""
     from dare_bench.models import from_config
     from dare_bench.models.real_configs import real_config
+    from dare_bench.trainers.memory_plan import paper_memory_gib
 
     ckpt_id = cfg.profile.model.checkpoint
     ckpt_dir = _checkpoint_dir(ckpt_id, checkpoint)
@@ -123,20 +124,13 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
     n = model.num_parameters()
     train = cfg.profile.train
     lora = train.lora is not None
-    bytes_weights = 2 * n  # bf16 weights
     trainable = _lora_params(model, train.lora) if lora else n
-    bytes_train = trainable * (2 + 4 + 4 + 4)  # bf16 grads, fp32 master + Adam m, v
     gpus = train.gpus or 1
     plan = {
         "reproduction": cfg.reproduction, "scale": cfg.scale, "checkpoint": ckpt_id,
         "revision": cfg.profile.model.revision, "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
         "config_source": config_source, "parameters": n, "trainable_parameters": trainable,
-        "memory_gib": {
-            "weights_bf16": round(bytes_weights / 2**30, 2),
-            "optimizer_and_grads": round(bytes_train / 2**30, 2),
-            "reference_model": round(bytes_weights / 2**30, 2) if (train.beta_kl > 0 and not lora) else 0.0,
-            "per_gpu_fsdp": round((bytes_weights + bytes_train) / gpus / 2**30, 2),
-        },
+        "memory_gib": paper_memory_gib(cfg, model),
         "gpus": gpus,
         "command": (f"torchrun --nproc_per_node {gpus} -m dare_bench.cli reproduce {cfg.reproduction} --scale "
                     f"{cfg.scale} --checkpoint {ckpt_dir or '$DARE_BENCH_CHECKPOINTS/' + ckpt_id.split('/')[-1]}"

@@ -85,3 +85,36 @@ def test_the_command_writes_the_checkpoint_and_refuses_an_existing_dir(tmp_path)
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith("error: ")
     assert json.loads(again.stdout)["status"] == "error"
+
+
+@pytest.mark.parametrize("name,mask,eos,stop,template_start", [
+    ("LLaDA-8B-Instruct", 126336, 126081, 126348, "<|startoftext|><|start_header_id|>user"),
+    ("LLaDA2.0-mini", 156895, 156892, None, "<role>SYSTEM</role>"),
+])
+def test_standin_tokenizer_keeps_the_real_special_ids(name, mask, eos, stop, template_start, tmp_path):
+    """LLaDA / LLaDA2 ship no tokenizer files: the shrunk dir gets a stand-in with the real ids and template."""
+    summary = shrink_checkpoint(CHECKPOINTS / name, tmp_path / "small", layers=1, hidden=128)
+    assert summary["tokenizer"] == "stand-in" and (tmp_path / "small" / "STANDIN_TOKENIZER.md").exists()
+    tok = load_tokenizer(tmp_path / "small")
+    cfg = json.loads((tmp_path / "small" / "config.json").read_text())
+    traits = load_pretrained(tmp_path / "small").traits
+    assert len(tok) == cfg["vocab_size"]  # every id a random model may sample decodes
+    assert (traits.mask_token_id, traits.eos_token_id) == (mask, eos)
+    assert tok.eos_token_id == eos and tok.pad_token_id == traits.pad_token_id
+    assert tok.decode([mask]) in ("<|mdm_mask|>", "<|mask|>") and tok.convert_tokens_to_ids(tok.decode([mask])) == mask
+    if stop is not None:
+        assert stop in traits.stop_token_ids and tok.convert_tokens_to_ids("<|eot_id|>") == stop
+    text = "Héllo wörld 你好 <|endoftext|> 12+3\n"
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text and eos in ids and max(ids) < cfg["vocab_size"]
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat.startswith(template_start) and "hi" in chat
+    enc = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    enc = enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc
+    assert tok.decode(enc) == chat
+
+
+def test_standin_tokenizer_from_a_shipped_config_name(tmp_path):
+    shrink_checkpoint("LLaDA-8B-Instruct", tmp_path / "small", layers=1, hidden=128)
+    tok = load_tokenizer(tmp_path / "small")
+    assert tok.convert_tokens_to_ids("<|mask|>") == 126336 and tok.eos_token_id == 126081
