@@ -91,6 +91,9 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
         if nproc is not None:
             plan["command"] = " ".join(torchrun_command(nproc=nproc, **launcher))
         return ReproduceResult(run_id=None, status="dry-run", plan=plan, db="", **common)
+    from dare_bench.models.layers import check_backend
+
+    check_backend(cfg.profile.model.attention)  # a missing extra (flash-attn) fails here, before any row
     if paper and run_device == "cpu":
         warnings.warn(f"{spec.name}: running the paper recipe on CPU (--device cpu); meant for checks with shrunk "
                       "checkpoints, a full-size model is far too slow", stacklevel=2)

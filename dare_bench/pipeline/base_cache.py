@@ -40,11 +40,15 @@ def load_base(ctx: RunContext) -> Base:
         model, base_dir, _ = build_base(cfg, task, tokenizer, list(train_data),
                                         data_fingerprint=str(train_data.fingerprint), log=ctx.log,
                                         progress=ctx.progress)
+        from dare_bench.models.io import set_attention
+
+        set_attention(model, cfg.profile.model.attention)  # the post-training backend (the base trains in sdpa)
         template = "plain"
-    else:  # untested without a GPU: the same stages on the real checkpoint
+    else:  # the real checkpoint (a shrunk one on CPU in the tests)
         from dare_bench.models import load_pretrained, load_tokenizer
 
-        model = load_pretrained(ctx.paper_dir, dtype=cfg.profile.model.dtype, device=ctx.device)
+        model = load_pretrained(ctx.paper_dir, dtype=cfg.profile.model.dtype, device=ctx.device,
+                                attention=cfg.profile.model.attention)
         tokenizer = load_tokenizer(ctx.paper_dir)
         base_dir = dare_bench_home() / "bases" / f"paper-{cfg.backbone}-{cfg.task}-{cfg.content_hash[:16]}"
         base_dir.mkdir(parents=True, exist_ok=True)

@@ -37,9 +37,12 @@ def register(app: typer.Typer) -> None:
         nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks: run under torchrun with N "
                                             "processes (GPUs, or CPU cores with gloo); FSDP2-sharded, rank 0 "
                                             "writes. --dry-run prints the torchrun command."),
+        attention: Optional[str] = typer.Option(None, "--attention", help="Attention backend: sdpa | flash_attn "
+                                                "| flex (= the override model.attention=...; the run is modified)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object at the end (CI reads it)."),
     ) -> None:
         """Run a reproduction end to end: base -> algorithm -> evaluation -> store."""
+        overrides = [*(overrides or []), *([f"model.attention={attention}"] if attention else [])]
         from dare_bench.pipeline import reproduce, summary_lines
         from dare_bench.pipeline.launch import write_result
         from dare_bench.trainers.distributed import dist_info

@@ -86,6 +86,7 @@ def test_paper_without_a_gpu_needs_device_cpu(shrunk_dream, dare_data, tmp_path)
     ("family", "a dream checkpoint, but"),
     ("vocab", "does not belong to this checkpoint"),
     ("checkpoint_at_tiny", "--checkpoint applies to the paper scale only"),
+    ("attention", "dare-bench\\[gpu\\]"),  # flash-attn is not installed: the error names the extra
 ])
 def test_bad_paper_input_is_refused_without_a_run_row(make_bad, message, shrunk_dream, dare_data, tmp_path):
     import json
@@ -107,10 +108,12 @@ def test_bad_paper_input_is_refused_without_a_run_row(make_bad, message, shrunk_
         (ckpt / "config.json").write_text(json.dumps(config))
     elif make_bad == "checkpoint_at_tiny":
         scale = "tiny"
+    overrides = SHORT if name == "d1-dream-gsm8k" and scale == "paper" else []
+    if make_bad == "attention":
+        overrides = [*overrides, "model.attention=flash_attn"]
     db_file = tmp_path / "runs.db"
     with pytest.raises(DareBenchError, match=message):
-        reproduce(name, scale, checkpoint=str(ckpt), db=f"sqlite:///{db_file}",
-                  overrides=SHORT if name == "d1-dream-gsm8k" and scale == "paper" else [], progress=False,
+        reproduce(name, scale, checkpoint=str(ckpt), db=f"sqlite:///{db_file}", overrides=overrides, progress=False,
                   log=lambda m: None, **kw)
     assert not db_file.exists()
 
