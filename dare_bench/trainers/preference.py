@@ -78,8 +78,8 @@ class PreferenceConfig:
     order: DataOrder = "with_replacement"
 
     def __post_init__(self):
-        if self.mc_samples < 1 or self.beta <= 0:
-            raise ConfigError(f"invalid preference settings: {self}")
+        if self.mc_samples is None or self.mc_samples < 1 or self.beta <= 0:
+            raise ConfigError(f"invalid preference settings (mc_samples >= 1 and beta > 0 needed): {self}")
         _check_recipe(self, self.batch_pairs, "preference")
 
 

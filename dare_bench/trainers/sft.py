@@ -40,7 +40,14 @@ import torch.nn.functional as F
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import shift_logits
-from dare_bench.trainers.checkpoint import capture_rng, latest_checkpoint, load_checkpoint, restore_rng, save_checkpoint
+from dare_bench.trainers.checkpoint import (
+    capture_rng,
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from dare_bench.trainers.distributed import (
     DistInfo,
     all_reduce_grads,
@@ -339,8 +346,6 @@ class SupervisedRun:
             save_checkpoint(self.ckpt_root, self.step, model=self.model, optimizer=self.optimizer,
                             scheduler=self.scheduler, trainer_state=state, rng=rng_all)
         barrier(self.dist)
-        from dare_bench.trainers.checkpoint import checkpoint_path
-
         self.last_ckpt = checkpoint_path(self.ckpt_root, self.step)
 
     def run_steps(self, items) -> None:
