@@ -1,14 +1,16 @@
 """Stage 4, training: post-train the base with the reproduction's trainer, chosen by `train.kind`.
 
-rl -> `trainers.loop.train_rl` with the algorithm plug-in (checkpoints under the run dir, `--resume` continues from
-them, `train.eval_every` evaluates mid-training); sft -> `trainers.sft.train_sft` (LoRA adapters when `train.lora`
-is set); preference -> `trainers.preference.train_preference` (VRPO on pairs from the base's own samples); none ->
-the base as it is. Step metrics go to the store as they come.
+rl -> `trainers.loop.train_rl` with the algorithm plug-in; sft -> `trainers.sft.train_sft`; preference ->
+`trainers.preference.train_preference` (VRPO on pairs from the base's own samples); none -> the base as it is. Every
+trainer takes the whole optimizer recipe of `train.*` (lr, adam_betas, weight_decay, lr_schedule + warmup_steps,
+max_grad_norm, steps or epochs, lora), checkpoints under the run dir every `train.checkpoint_every` steps and at
+the end, and continues from them with `--resume`; `train.eval_every` evaluates mid-training (rl). Step metrics go
+to the store as they come.
 
     dare-bench reproduce d1-llada-sudoku --scale micro              # rl
     dare-bench reproduce d1-llada-sudoku --scale micro --resume     # rl, after an interruption
     dare-bench reproduce lora-llada-sudoku --scale micro            # sft with LoRA
-    dare-bench reproduce vrpo-llada-sudoku --scale micro            # preference
+    dare-bench reproduce vrpo-llada-sudoku --scale micro            # preference (--resume likewise)
 
     from dare_bench.pipeline.train import train
     model, final_step = train(ctx, base)    # ctx: pipeline.context.RunContext, base: pipeline.context.Base
@@ -95,19 +97,21 @@ def train_sft_stage(ctx: RunContext, base: Base, sink):
     train, model = ctx.cfg.profile.train, base.model
     if train.lora is not None:
         model = apply_lora(model, train.lora)
-    steps = train.steps or 1
-    cfg = SFTConfig(steps=steps, lr=train.lr, batch_size=train.batch_prompts or 32, warmup_steps=train.warmup_steps,
-                    weight_decay=train.weight_decay, grad_clip=train.max_grad_norm or 1e9, seed=ctx.seed + 1)
+    cfg = SFTConfig(batch_size=train.batch_prompts or 32, seed=ctx.seed + 1, **_recipe(train))
     examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
                             _answer_length(ctx.cfg))
-    train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress,
-                                                  compute_dtype=_compute_dtype(ctx.cfg)))
-    return model, steps
+    out = train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress,
+                                                        compute_dtype=_compute_dtype(ctx.cfg), **_checkpointing(ctx)))
+    _log_resumed_steps(ctx, out)
+    return model, out.steps
 
 
 def train_vrpo_stage(ctx: RunContext, base: Base, sink):
     """VRPO at tiny scale: preference pairs from the base's own rollouts (chosen = the gold answer, rejected = the
-    base's lowest-reward sample when it is worse than gold)."""
+    base's lowest-reward sample when it is worse than gold); LoRA adapters when `train.lora` (the reference is then
+    the policy with adapters disabled, else a frozen copy of the base)."""
+    from dare_bench.trainers.distributed import gather_objects, init_distributed
+    from dare_bench.trainers.lora import apply_lora
     from dare_bench.trainers.preference import PreferenceConfig, PreferenceRunOptions, train_preference
 
     cfg, model, seed = ctx.cfg, base.model, ctx.seed
@@ -120,13 +124,48 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
     pairs = preference_pairs(model, base.tokenizer, base.task,
                              list(base.train_data)[: max(8, (train.batch_prompts or 8) * 4)],
                              sampler, cfg.grader, seed, base.template)
+    # Under torchrun every rank must train on the same pairs: rank 0's (sampling kernels need not agree bit for bit).
+    pairs = gather_objects(pairs, init_distributed())[0]
     if not pairs:
         raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
-    pcfg = PreferenceConfig(steps=train.steps or 10, lr=train.lr, batch_pairs=max(1, (train.batch_prompts or 4)),
-                            beta=knobs.dpo_beta, mc_samples=train.mc_samples, seed=seed)
-    train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress,
-                                                              compute_dtype=_compute_dtype(cfg)))
-    return model, pcfg.steps
+    if train.lora is not None:
+        model = apply_lora(model, train.lora)
+    pcfg = PreferenceConfig(batch_pairs=train.batch_prompts or 4, beta=knobs.dpo_beta, mc_samples=train.mc_samples,
+                            seed=seed, **_recipe(train))
+    out = train_preference(model, pairs, pcfg, PreferenceRunOptions(sink=sink, progress=ctx.progress,
+                                                                    compute_dtype=_compute_dtype(cfg),
+                                                                    **_checkpointing(ctx)))
+    _log_resumed_steps(ctx, out)
+    return model, out.steps
+
+
+def _recipe(train) -> dict:
+    """The optimizer / schedule / length fields of `train.*` as SFTConfig / PreferenceConfig keywords. Passes over
+    the data (`epochs`, when `steps` is unset) walk shuffled epochs; a fixed number of steps draws batches at
+    random (the tiny / micro recipes, whose numbers this keeps)."""
+    return {"steps": train.steps, "epochs": train.epochs, "lr": train.lr, "betas": tuple(train.adam_betas),
+            "weight_decay": train.weight_decay, "lr_schedule": train.lr_schedule, "warmup_steps": train.warmup_steps,
+            "grad_clip": train.max_grad_norm, "order": "epochs" if train.steps is None else "with_replacement"}
+
+
+def _checkpointing(ctx: RunContext) -> dict:
+    """Checkpoint keywords of the run options: `run_dir/checkpoints` every `train.checkpoint_every` steps; a fresh
+    run clears it first, so it never resumes later from a previous run's checkpoints (as the RL stage)."""
+    ckpt = ctx.run_dir / "checkpoints"
+    if not ctx.resume:
+        import shutil
+
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return {"checkpoint_dir": ckpt, "checkpoint_every": ctx.cfg.profile.train.checkpoint_every,
+            "resume": ctx.resume}
+
+
+def _log_resumed_steps(ctx: RunContext, out) -> None:
+    """Steps sunk before the interruption belong to this run's curve too (the resumed call sinks only its own)."""
+    if out.resumed_from:
+        for step, metrics in out.logged:
+            if step < out.resumed_from:
+                ctx.store.log_metrics(ctx.run_id, step, metrics)
 
 
 def _metrics_sink(store, run_id: int, result: ReproduceResult):

@@ -10,26 +10,35 @@ VRPO's three variance reductions are all here: the sampling budget (`mc_samples`
 policy and the reference ELBOs of a sequence share the same masks). As in DARE, the ELBO enters per token
 (ELBO / R, R = padded response length) and chosen / rejected rows are interleaved, so a micro-batch must be even.
 
-CPU: tiny presets as is. One GPU: move both models to `cuda`. The reference is a frozen copy (or, with LoRA, the
-policy with adapters disabled: pass `reference=None`).
+CPU: tiny presets as is. One GPU: move the policy to `cuda`. torchrun: `train_preference` joins the process group
+itself: every rank draws the same global batch of pairs and its masks, computes the loss on its contiguous share of
+pairs, gradients are averaged before clipping, rank 0 calls the sink and writes checkpoints (`sft.SupervisedRun`,
+shared with SFT: AdamW, the LR schedules of `loop.build_scheduler`, epochs → steps, `--resume`).
+    torchrun --nproc_per_node 8 -m dare_bench.cli reproduce vrpo-llada-sudoku --scale paper \
+        --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
+The reference is a frozen copy of the initial policy (or, with LoRA, the policy with adapters disabled: pass
+`reference=None`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from dare_bench.diffusion.likelihood import elbo
-from dare_bench.diffusion.masking import stratified_masks
+from dare_bench.diffusion.masking import MaskDraw, stratified_masks
 from dare_bench.errors import ConfigError
-from dare_bench.trainers.precision import compute_precision, master_weights
-from dare_bench.trainers.sft import _log, _steps
+from dare_bench.trainers.checkpoint import is_peft
+from dare_bench.trainers.precision import master_weights
+from dare_bench.trainers.sft import DataOrder, SupervisedRun, TrainRunOptions, _check_recipe
 
 
 def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, chosen_ref: torch.Tensor, rejected_ref: torch.Tensor,
@@ -48,26 +57,42 @@ class PreferencePair:
 
 @dataclass
 class PreferenceConfig:
-    steps: int = 50
+    """The VRPO recipe. `batch_pairs` is global (all ranks). `steps` None: `epochs` passes over the pairs
+    (`sft.run_length`). `lr_schedule` / `warmup_steps`: `loop.build_scheduler` (HF shapes, shared with the RL loop).
+    `grad_clip`: max grad norm, None = no clipping. `order`: as `SFTConfig.order`."""
+
+    steps: int | None = 50
     lr: float = 5e-7
     batch_pairs: int = 4
     beta: float = 0.2
     mc_samples: int = 4  # n = n_t: VRPO puts the whole budget on timesteps
     antithetic: bool = True  # share masks between policy and reference (VRPO)
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    grad_clip: float | None = 1.0
     seed: int = 0
     log_every: int = 5
+    betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    epochs: float | None = None
+    order: DataOrder = "with_replacement"
 
     def __post_init__(self):
-        if self.mc_samples < 1 or self.batch_pairs < 1 or self.beta <= 0 or self.lr <= 0:
-            raise ConfigError(f"invalid preference settings: {self}")
+        if self.mc_samples is None or self.mc_samples < 1 or self.beta <= 0:
+            raise ConfigError(f"invalid preference settings (mc_samples >= 1 and beta > 0 needed): {self}")
+        _check_recipe(self, self.batch_pairs, "preference")
 
 
 @dataclass
 class PreferenceResult:
+    """As `sft.SFTResult`: every step's loss, the sunk (step, metrics), the resumed-from step, the last checkpoint."""
+
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    steps: int = 0
+    logged: list[tuple[int, dict]] = field(default_factory=list)
+    resumed_from: int | None = None
+    checkpoint: Path | None = None
 
 
 def interleave_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -88,18 +113,33 @@ def interleave_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> tuple[torc
     return torch.tensor(rows), torch.tensor(masks), torch.tensor(plen)
 
 
+def _draw_rows(draw: MaskDraw, rows: slice) -> MaskDraw:
+    """The sequences `rows` of a mask draw (every per-sequence tensor sliced on its batch axis)."""
+    b = draw.mask.shape[0]
+    cut = {f.name: getattr(draw, f.name)[rows] for f in dataclasses.fields(draw)
+           if isinstance(getattr(draw, f.name), torch.Tensor) and getattr(draw, f.name).dim() > 0
+           and getattr(draw, f.name).shape[0] == b}
+    return dataclasses.replace(draw, **cut)
+
+
 def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len, *,
               beta: float, mc_samples: int, generator: torch.Generator,
-              antithetic: bool = True) -> tuple[torch.Tensor, dict]:
-    """VRPO loss of interleaved chosen / rejected rows (see `interleave_pairs`)."""
+              antithetic: bool = True, pairs: slice | None = None) -> tuple[torch.Tensor, dict]:
+    """VRPO loss of interleaved chosen / rejected rows (see `interleave_pairs`), averaged over the pairs `pairs`
+    (default all). The masks are drawn for every row first, so a row's masks do not depend on which pairs this
+    process computes (data parallelism: 1 process == N processes)."""
     if input_ids.shape[0] % 2:
         raise ConfigError(
             f"VRPO needs an even micro-batch (chosen/rejected interleaved), got {input_ids.shape[0]} rows"
         )
     draw = stratified_masks(attention_mask, prompt_len, n=mc_samples, generator=generator)
+    ref_draw = draw if antithetic else stratified_masks(attention_mask, prompt_len, n=mc_samples, generator=generator)
+    if pairs is not None:
+        rows = slice(2 * pairs.start, 2 * pairs.stop)
+        input_ids, attention_mask = input_ids[rows], attention_mask[rows]
+        draw, ref_draw = _draw_rows(draw, rows), _draw_rows(ref_draw, rows)
     resp_len = input_ids.shape[1] - int(prompt_len)
     policy_elbo = elbo(policy, input_ids, draw, attention_mask=attention_mask).mean / resp_len
-    ref_draw = draw if antithetic else stratified_masks(attention_mask, prompt_len, n=mc_samples, generator=generator)
     with torch.no_grad(), _reference_context(policy, reference) as ref_model:
         ref_elbo = elbo(ref_model, input_ids, ref_draw, attention_mask=attention_mask).mean / resp_len
     loss = dpo_loss(policy_elbo[0::2], policy_elbo[1::2], ref_elbo[0::2], ref_elbo[1::2], beta)
@@ -121,65 +161,46 @@ def _reference_context(policy, reference):
 
 
 @dataclass
-class PreferenceRunOptions:
-    """What is specific to one `train_preference` call (the recipe is `PreferenceConfig`): the `reference` model
-    (None: a frozen copy of the initial policy, or disabled adapters for LoRA), `sink(step, metrics)` every
-    `cfg.log_every` steps and at the last (0-based steps), a tqdm bar."""
+class PreferenceRunOptions(TrainRunOptions):
+    """`sft.TrainRunOptions` of `train_preference`, plus the `reference` model (None: a frozen copy of the initial
+    policy, or, for a LoRA policy, the policy with its adapters disabled)."""
 
     reference: Any = None
-    sink: Callable[[int, dict], Any] | None = None
-    progress: bool = False
-    # None / "float32": everything in fp32. "bfloat16": fp32 master weights, forwards under bf16 autocast.
-    compute_dtype: str | None = None
 
 
 def train_preference(policy, pairs: Sequence[PreferencePair], cfg: PreferenceConfig,
                      options: PreferenceRunOptions | None = None) -> PreferenceResult:
-    """VRPO training. Stages: setup (reference, seeded generator, AdamW) → per step: draw pairs → VRPO loss /
-    backward / clip / step → log → eval mode and the result."""
+    """VRPO training of `policy` in place; see `sft.SupervisedRun` for the stages (the reference is fixed before
+    any checkpoint is loaded: the initial policy, never a resumed one)."""
     opts = options or PreferenceRunOptions()
-    if cfg.batch_pairs < 1:
-        raise ConfigError("batch_pairs must be >= 1")
+    if not pairs:
+        raise ConfigError("preference training needs at least one pair")
+    start = time.perf_counter()
     if opts.compute_dtype:
         policy = master_weights(policy)
-    run = _PreferenceRun(policy, cfg, opts.reference, opts.compute_dtype)
-    result = PreferenceResult()
-    start = time.perf_counter()
+    run = _PreferenceRun(policy, cfg, opts, len(pairs))
     policy.train()
-    for step in _steps(cfg.steps, "vrpo", opts.progress):
-        ids, am, plen = run.draw_pairs(pairs)
-        metrics = run.optimizer_step(ids, am, plen)
-        result.losses.append(metrics["loss"])
-        _log(opts, cfg, step, metrics)
+    run.run_steps(pairs)
     policy.eval()
-    result.seconds = time.perf_counter() - start
-    return result
+    return PreferenceResult(losses=run.losses, seconds=time.perf_counter() - start, steps=run.step,
+                            logged=run.logged, resumed_from=run.resumed_from, checkpoint=run.last_ckpt)
 
 
-class _PreferenceRun:
-    """Setup and one optimizer step of `train_preference` (one generator draws the pairs, then the masks)."""
+class _PreferenceRun(SupervisedRun):
+    """VRPO's step: the global batch of pairs (indices, then its masks, from the shared generator), the loss on
+    this rank's pairs of it."""
 
-    def __init__(self, policy, cfg: PreferenceConfig, reference, compute_dtype: str | None = None):
-        self.policy, self.cfg, self.compute_dtype = policy, cfg, compute_dtype
-        self.traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
-        if reference is None and not hasattr(policy, "disable_adapter"):
+    kind = "vrpo"
+
+    def __init__(self, policy, cfg: PreferenceConfig, opts: PreferenceRunOptions, n_pairs: int):
+        reference = opts.reference
+        if reference is None and not is_peft(policy):
             reference = copy.deepcopy(policy).eval().requires_grad_(False)
         self.reference = reference
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        super().__init__(policy, cfg, opts, n_pairs, cfg.batch_pairs)
 
-    def draw_pairs(self, pairs: Sequence[PreferencePair]):
-        idx = torch.randint(len(pairs), (self.cfg.batch_pairs,), generator=self.gen).tolist()
-        return interleave_pairs([pairs[i] for i in idx], self.traits.eos_token_id)
-
-    def optimizer_step(self, ids, am, plen) -> dict[str, float]:
+    def loss(self, pairs):
         cfg = self.cfg
-        with compute_precision(self.policy, self.compute_dtype):
-            loss, metrics = vrpo_loss(self.policy, self.reference, ids, am, plen, beta=cfg.beta,
-                                      mc_samples=cfg.mc_samples, generator=self.gen, antithetic=cfg.antithetic)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-        self.optimizer.step()
-        return metrics
+        ids, am, plen = interleave_pairs([pairs[i] for i in self.draw_indices()], self.traits.eos_token_id)
+        return vrpo_loss(self.model, self.reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples,
+                         generator=self.gen, antithetic=cfg.antithetic, pairs=self.local)

@@ -3,9 +3,16 @@ SFT over the `[noisy; clean]` concatenation (SDAR, LLaDA2), optionally with LoRA
 
     from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
     result = train_sft(model, examples, SFTConfig(steps=300, lr=1e-3, batch_size=64), SFTRunOptions(sink=print))
+    # paper-style: 3 epochs, cosine schedule, resumable checkpoints
+    train_sft(model, examples, SFTConfig(steps=None, epochs=3, lr=1e-5, lr_schedule="cosine", order="epochs"),
+              SFTRunOptions(checkpoint_dir="run/checkpoints", checkpoint_every=100, resume=True))
 
-CPU: runs as is on the tiny presets. One GPU: move the model to `cuda` first. torchrun: not wired here (the paper-scale
-launcher in `trainers/distributed.py` wraps the same function).
+CPU: runs as is on the tiny presets. One GPU: move the model to `cuda` first. torchrun: `train_sft` joins the
+process group itself (`trainers/distributed.py`): every rank draws the same global batch and its noise, computes the
+loss on its contiguous share, gradients are averaged before clipping, rank 0 calls the sink and writes checkpoints.
+    torchrun --nproc_per_node 8 -m dare_bench.cli reproduce sft-llada-sudoku --scale paper \
+        --checkpoint /ckpt/LLaDA-8B-Instruct --device cuda
+    CPU check of the two-rank path (gloo): pytest -m slow tests/trainers/test_supervised_parallel.py
 
 Losses (algorithms.md §2.1 / §2.2):
 - MDLM: t ~ U(0,1), p = (1-eps)t + eps; every answer token (EOS padding included, as LLaDA trains) is masked with
@@ -14,21 +21,46 @@ Losses (algorithms.md §2.1 / §2.2):
 - BDLM: one t per example (SDAR `forward_add_noise_packed`), at least one answer token forced masked; the model sees
   `[x_t; x_0]` with the BD3 mask and the loss is the same 1/p-weighted CE on the noisy copy, divided by the number of
   answer tokens (SDAR's objective).
+
+The run machinery (`SupervisedRun`: AdamW + the shared LR schedules of `loop.build_scheduler`, epochs → steps, data
+order, data parallelism, checkpoints and `--resume`) is shared with the preference trainer (`preference.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import shift_logits
+from dare_bench.trainers.checkpoint import (
+    capture_rng,
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from dare_bench.trainers.distributed import (
+    DistInfo,
+    all_reduce_grads,
+    all_reduce_metrics,
+    barrier,
+    gather_objects,
+    init_distributed,
+    shard_rows,
+)
+from dare_bench.trainers.loop import PromptStream, build_scheduler
 from dare_bench.trainers.precision import compute_precision, master_weights
+
+DataOrder = Literal["with_replacement", "epochs"]
 
 
 @dataclass
@@ -39,22 +71,51 @@ class LoraSettings:
     target_modules: Sequence[str] | None = None  # None: every nn.Linear except the LM head / embeddings
 
 
+def run_length(steps: int | None, epochs: float | None, n_items: int, global_batch: int) -> int:
+    """Optimizer steps of a run: `steps` when set, else ceil(epochs × ceil(items / global batch)) (the RL loop's
+    rule for `train.epochs`)."""
+    if steps is not None:
+        return int(steps)
+    if epochs is None:
+        raise ConfigError("set steps or epochs (the run's length)")
+    return math.ceil(float(epochs) * math.ceil(n_items / global_batch))
+
+
 @dataclass
 class SFTConfig:
-    steps: int = 300
+    """The SFT recipe. `batch_size` is global (all ranks). `lr_schedule`: None = the tiny-base recipe (the lr ramps
+    as (step+1)/warmup_steps, then stays: what the cached tiny bases were trained with), or a `train.lr_schedule`
+    name for `loop.build_scheduler` (HF shapes, shared with the RL loop). `grad_clip`: max grad norm, None = no
+    clipping. `order`: "with_replacement" draws each batch at random from the examples (the tiny bases),
+    "epochs" walks seeded shuffled passes over them (the loop's `PromptStream`)."""
+
+    steps: int | None = 300  # None: `epochs` passes over the examples (run_length)
     lr: float = 1e-3
     batch_size: int = 64
     warmup_steps: int = 50
     weight_decay: float = 0.01
-    grad_clip: float = 1.0
+    grad_clip: float | None = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-3  # LLaDA's minimum mask rate
     seed: int = 0
     log_every: int = 10
+    epochs: float | None = None
+    lr_schedule: str | None = None
+    order: DataOrder = "with_replacement"
 
     def __post_init__(self):
-        if self.steps < 0 or self.batch_size < 1 or self.lr <= 0:
-            raise ConfigError(f"invalid SFT settings: steps={self.steps}, batch_size={self.batch_size}, lr={self.lr}")
+        _check_recipe(self, self.batch_size, "SFT")
+
+
+def _check_recipe(cfg, batch: int, what: str) -> None:
+    if (cfg.steps is not None and cfg.steps < 0) or batch < 1 or cfg.lr <= 0:
+        raise ConfigError(f"invalid {what} settings: steps={cfg.steps}, batch={batch}, lr={cfg.lr}")
+    if cfg.steps is None and (cfg.epochs is None or cfg.epochs <= 0):
+        raise ConfigError(f"{what} needs steps or epochs > 0, got steps=None, epochs={cfg.epochs}")
+    if cfg.grad_clip is not None and cfg.grad_clip <= 0:
+        raise ConfigError(f"{what} grad_clip must be > 0 or None (no clipping), got {cfg.grad_clip}")
+    if cfg.order not in ("with_replacement", "epochs"):
+        raise ConfigError(f"{what} order must be 'with_replacement' or 'epochs', got {cfg.order!r}")
 
 
 @dataclass
@@ -65,9 +126,16 @@ class SFTExample:
 
 @dataclass
 class SFTResult:
+    """`losses`: every step's loss (mean over the global batch), a resumed run's earlier steps included;
+    `logged`: the (step, metrics) handed to the sink, earlier ones included; `resumed_from`: the step of the
+    checkpoint this call continued from (its earlier `logged` entries were sunk by the interrupted call)."""
+
     steps: int
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    logged: list[tuple[int, dict]] = field(default_factory=list)
+    resumed_from: int | None = None
+    checkpoint: Path | None = None
 
 
 def collate(examples: Sequence[SFTExample], eos_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,11 +177,15 @@ def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_i
 
 
 def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answer_lengths: torch.Tensor,
-             generator: torch.Generator, eps: float = 1e-3) -> torch.Tensor:
-    """Completion-only diffusion SFT loss for any backbone (the pattern comes from the traits)."""
+             generator: torch.Generator, eps: float = 1e-3, *, rows: slice | None = None) -> torch.Tensor:
+    """Completion-only diffusion SFT loss for any backbone (the pattern comes from the traits), averaged over `rows`
+    of the batch (default all). The noise is drawn for every row first, so a row's masks do not depend on which
+    rows this process computes (data parallelism: 1 process == N processes)."""
     traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
     device = next(model.parameters()).device
     noisy, masked, p = draw_sft_noise(input_ids, prompt_lengths, traits.mask_token_id, generator, eps)
+    if rows is not None:
+        noisy, masked, p, input_ids, answer_lengths = (x[rows] for x in (noisy, masked, p, input_ids, answer_lengths))
     noisy, masked, p, clean = noisy.to(device), masked.to(device), p.to(device), input_ids.to(device)
     if traits.is_block_diffusion:
         from dare_bench.models.block import training_forward
@@ -128,93 +200,210 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
 
 
 def warmup_constant_lambda(warmup_steps: int) -> Callable[[int], float]:
+    """The tiny-base schedule (`SFTConfig.lr_schedule=None`): (step+1)/warmup, then 1. Kept apart from the HF
+    shapes of `loop.build_scheduler` (which start at 0) so that the cached tiny bases keep their weights."""
     return lambda step: min(1.0, (step + 1) / max(1, warmup_steps))
 
 
-def cosine_lambda(warmup_steps: int, total: int) -> Callable[[int], float]:
-    def f(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        progress = (step - warmup_steps) / max(1, total - warmup_steps)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+@dataclass
+class TrainRunOptions:
+    """What is specific to one SFT / preference call (the recipe is the *Config): `sink(step, metrics)` every
+    `cfg.log_every` steps and at the last (0-based steps; rank 0 only), a tqdm bar, `compute_dtype` (None /
+    "float32": all fp32; "bfloat16": fp32 master weights, forwards under bf16 autocast), `dist` (default: joined from
+    the torchrun environment). Checkpoints: every `checkpoint_every` steps and at the end into `checkpoint_dir`
+    (rank 0 writes); with `resume`, continue from the latest complete checkpoint there if one exists; `stop_after`:
+    stop (without a final checkpoint) after this many steps of this call, as an interruption would (tests)."""
 
-    return f
+    sink: Callable[[int, dict], Any] | None = None
+    progress: bool = False
+    compute_dtype: str | None = None
+    dist: DistInfo | None = None
+    checkpoint_dir: str | Path | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    stop_after: int | None = None
+
+    def __post_init__(self):
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ConfigError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.checkpoint_every is not None and self.checkpoint_dir is None:
+            raise ConfigError("checkpoint_every needs a checkpoint_dir")
 
 
 @dataclass
-class SFTRunOptions:
-    """What is specific to one `train_sft` call (the recipe is `SFTConfig`): `sink(step, metrics)` every
-    `cfg.log_every` steps and at the last (0-based steps), `checkpoint_cb(steps_done)` after every step, a tqdm bar."""
+class SFTRunOptions(TrainRunOptions):
+    """`TrainRunOptions` of `train_sft`."""
 
-    sink: Callable[[int, dict], Any] | None = None
-    checkpoint_cb: Callable[[int], Any] | None = None
-    progress: bool = False
-    # None / "float32": everything in fp32. "bfloat16": fp32 master weights, forwards under bf16 autocast.
-    compute_dtype: str | None = None
+
+class SupervisedRun:
+    """Setup and one optimizer step of an SFT / preference run, over shared state; `run_steps` drives it.
+
+    setup: process group → run length (steps / epochs) → this rank's rows → AdamW (lr, betas, weight decay) and the
+    LR schedule → the seeded generator (same seed on every rank: it draws the global batch, then its noise) and the
+    data order. Per step: `draw` (global batch) → `loss` on this rank's share (subclass) → backward → gradient
+    all-reduce → clip → step. Resume / checkpoints: weights, optimizer, scheduler, data position, RNG, losses."""
+
+    kind = ""  # "sft" / "vrpo": names the run in checkpoints and the progress bar
+
+    def __init__(self, model, cfg, opts: TrainRunOptions, n_items: int, global_batch: int):
+        self.model, self.cfg, self.opts = model, cfg, opts
+        self.dist = opts.dist or init_distributed()  # a no-op outside torchrun
+        self.n_items, self.global_batch = n_items, global_batch
+        self.total = run_length(cfg.steps, cfg.epochs, n_items, global_batch)
+        self.local = shard_rows(global_batch, self.dist)
+        self.traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ConfigError(f"{self.kind}: the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=tuple(cfg.betas),
+                                           weight_decay=cfg.weight_decay)
+        if cfg.lr_schedule is None:
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                               warmup_constant_lambda(cfg.warmup_steps))
+        else:
+            self.scheduler = build_scheduler(self.optimizer, cfg.lr_schedule, cfg.warmup_steps, self.total)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.generators = {"data": self.gen}
+        self.stream = PromptStream(n_items, cfg.seed) if cfg.order == "epochs" else None
+        self.step = self.done_here = 0
+        self.losses: list[float] = []
+        self.logged: list[tuple[int, dict]] = []
+        self.resumed_from: int | None = None
+        self.ckpt_root = Path(opts.checkpoint_dir) if opts.checkpoint_dir is not None else None
+        self.last_ckpt: Path | None = None
+
+    # -- data ------------------------------------------------------------------------------------------------------
+    def draw_indices(self) -> list[int]:
+        """The next global batch's item indices, the same on every rank."""
+        if self.stream is not None:
+            return self.stream.take(self.global_batch)
+        return torch.randint(self.n_items, (self.global_batch,), generator=self.gen).tolist()
+
+    # -- one step --------------------------------------------------------------------------------------------------
+    def loss(self, items) -> tuple[torch.Tensor, dict[str, float]]:
+        """(loss on this rank's share of the global batch of `items`, metrics of that share); the subclass's."""
+        raise NotImplementedError
+
+    def optimizer_step(self, items) -> dict[str, float]:
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this step uses
+        with compute_precision(self.model, self.opts.compute_dtype):
+            loss, metrics = self.loss(items)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        all_reduce_grads(self.params, self.dist)  # before clipping: every rank clips the same averaged gradient
+        max_norm = float(self.cfg.grad_clip) if self.cfg.grad_clip is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.done_here += 1
+        metrics = dict(metrics, loss=float(loss.detach()), grad_norm=float(grad_norm), lr=float(lr))
+        return all_reduce_metrics(metrics, self.dist)
+
+    def record(self, metrics: dict[str, float]) -> None:
+        """The step's loss; the sink (rank 0) every `log_every` steps and at the last (0-based step numbers)."""
+        self.losses.append(metrics["loss"])
+        step = self.step - 1
+        if step % self.cfg.log_every == 0 or step == self.total - 1:
+            self.logged.append((step, dict(metrics)))
+            if self.opts.sink is not None and self.dist.is_main:
+                self.opts.sink(step, dict(metrics))
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        return {"trainer": self.kind, "seed": self.cfg.seed, "total_steps": self.total,
+                "global_batch": self.global_batch, "items": self.n_items}
+
+    def resume(self) -> None:
+        """With `resume`: weights, optimizer, scheduler, data position, RNG and losses of the latest checkpoint."""
+        if not (self.opts.resume and self.ckpt_root is not None):
+            return
+        found = latest_checkpoint(self.ckpt_root)
+        if found is None:
+            return
+        state, rng = load_checkpoint(found, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        mine = self._identity()
+        theirs = {k: state.get(k) for k in mine}
+        if theirs != mine:
+            raise ConfigError(f"{found} belongs to another run ({theirs}; this run: {mine})")
+        ranks = rng if isinstance(rng, list) else [rng]
+        if len(ranks) != self.dist.world_size:
+            raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {self.dist.world_size}")
+        restore_rng(ranks[self.dist.rank], self.generators)
+        if self.stream is not None:
+            self.stream.load_state(state["data"])
+        self.step = int(state["step"])
+        self.losses = [float(x) for x in state["losses"]]
+        self.logged = [(int(s), dict(m)) for s, m in state["logged"]]
+        self.resumed_from, self.last_ckpt = self.step, found
+
+    def checkpoint(self) -> None:
+        """Every rank's RNG to rank 0, which writes weights, optimizer, scheduler, data position and losses."""
+        rng_all = gather_objects(capture_rng(self.generators), self.dist)
+        if self.dist.is_main:
+            state = dict(self._identity(), losses=self.losses, logged=[[s, m] for s, m in self.logged],
+                         data=self.stream.state() if self.stream is not None else None)
+            save_checkpoint(self.ckpt_root, self.step, model=self.model, optimizer=self.optimizer,
+                            scheduler=self.scheduler, trainer_state=state, rng=rng_all)
+        barrier(self.dist)
+        self.last_ckpt = checkpoint_path(self.ckpt_root, self.step)
+
+    def run_steps(self, items) -> None:
+        """resume → steps (each: optimizer step, record, periodic checkpoint) → final checkpoint; `stop_after`
+        returns early without one, as an interruption would."""
+        self.resume()
+        every = self.opts.checkpoint_every
+        with _progress(self, self.opts.progress) as bar:
+            while self.step < self.total:
+                if self.opts.stop_after is not None and self.done_here >= self.opts.stop_after:
+                    return
+                self.record(self.optimizer_step(items))
+                if bar is not None:
+                    bar.update(1)
+                if every is not None and self.step % every == 0 and self.step < self.total:
+                    self.checkpoint()
+        if self.ckpt_root is not None and self.done_here > 0:
+            self.checkpoint()
+
+
+@contextlib.contextmanager
+def _progress(run: SupervisedRun, progress: bool):
+    """A tqdm bar on rank 0 when asked (shared by the SFT and preference trainers)."""
+    if not (progress and run.dist.is_main):
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=run.total, initial=run.step, desc=run.kind, unit="step")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+class _SFTRun(SupervisedRun):
+    """SFT's step: the global batch (indices, then its noise, from the shared generator), the loss on this rank's
+    rows of it."""
+
+    kind = "sft"
+
+    def loss(self, examples):
+        ids, plen, alen = collate([examples[i] for i in self.draw_indices()], self.traits.eos_token_id)
+        return sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps, rows=self.local), {}
 
 
 def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,
               options: SFTRunOptions | None = None) -> SFTResult:
-    """Train `model` in place for `cfg.steps` steps on batches drawn (seeded) from `examples`.
-
-    Stages: setup (seeded generator, AdamW, warmup LR) → per step: draw a batch → loss / backward / clip / step →
-    log (sink, checkpoint callback) → eval mode and the result."""
+    """Train `model` in place for `run_length(cfg.steps, cfg.epochs, ...)` steps on batches drawn (seeded) from
+    `examples`; see `SupervisedRun` for the stages."""
     opts = options or SFTRunOptions()
     if not examples:
         raise ConfigError("SFT needs at least one example")
-    run = _SFTRun(master_weights(model) if opts.compute_dtype else model, cfg, opts.compute_dtype)
-    result = SFTResult(steps=cfg.steps)
     start = time.perf_counter()
-    for step in _steps(cfg.steps, "sft", opts.progress):
-        ids, plen, alen = run.draw_batch(examples)
-        loss, grad_norm = run.optimizer_step(ids, plen, alen)
-        result.losses.append(float(loss.detach()))
-        _log(opts, cfg, step, {"loss": float(loss.detach()), "grad_norm": float(grad_norm),
-                               "lr": run.scheduler.get_last_lr()[0]})
-        if opts.checkpoint_cb is not None:
-            opts.checkpoint_cb(step + 1)
+    model = master_weights(model) if opts.compute_dtype else model
+    run = _SFTRun(model, cfg, opts, len(examples), cfg.batch_size)
+    model.train()
+    run.run_steps(examples)
     model.eval()
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-class _SFTRun:
-    """Setup and one optimizer step of `train_sft` (the generator draws the batch, then the noise)."""
-
-    def __init__(self, model, cfg: SFTConfig, compute_dtype: str | None = None):
-        self.model, self.cfg, self.compute_dtype = model, cfg, compute_dtype
-        self.traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_constant_lambda(cfg.warmup_steps))
-        model.train()
-
-    def draw_batch(self, examples: Sequence[SFTExample]):
-        idx = torch.randint(len(examples), (self.cfg.batch_size,), generator=self.gen).tolist()
-        return collate([examples[i] for i in idx], self.traits.eos_token_id)
-
-    def optimizer_step(self, ids, plen, alen):
-        with compute_precision(self.model, self.compute_dtype):
-            loss = sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        return loss, grad_norm
-
-
-def _steps(n: int, desc: str, progress: bool):
-    """range(n), with a tqdm bar when asked (shared by the SFT and preference trainers)."""
-    if not progress:
-        return range(n)
-    from tqdm.auto import tqdm
-
-    return tqdm(range(n), desc=desc, unit="step")
-
-
-def _log(opts, cfg, step: int, metrics: dict[str, float]) -> None:
-    """`opts.sink(step, metrics)` every `cfg.log_every` steps and at the last step."""
-    if opts.sink is not None and (step % cfg.log_every == 0 or step == cfg.steps - 1):
-        opts.sink(step, metrics)
+    return SFTResult(steps=run.step, losses=run.losses, seconds=time.perf_counter() - start, logged=run.logged,
+                     resumed_from=run.resumed_from, checkpoint=run.last_ckpt)
