@@ -37,6 +37,7 @@ from dare_bench.diffusion.likelihood import elbo
 from dare_bench.diffusion.masking import MaskDraw, stratified_masks
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.checkpoint import is_peft
+from dare_bench.trainers.distributed import init_distributed, shard_model
 from dare_bench.trainers.precision import master_weights
 from dare_bench.trainers.sft import DataOrder, SupervisedRun, TrainRunOptions, _check_recipe
 
@@ -194,8 +195,9 @@ class _PreferenceRun(SupervisedRun):
 
     def __init__(self, policy, cfg: PreferenceConfig, opts: PreferenceRunOptions, n_pairs: int):
         reference = opts.reference
-        if reference is None and not is_peft(policy):
+        if reference is None and not is_peft(policy):  # copied before FSDP2 shards the policy (in super())
             reference = copy.deepcopy(policy).eval().requires_grad_(False)
+            reference = shard_model(reference, opts.dist or init_distributed(), opts.compute_dtype)
         self.reference = reference
         super().__init__(policy, cfg, opts, n_pairs, cfg.batch_pairs)
 

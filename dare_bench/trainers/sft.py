@@ -53,8 +53,12 @@ from dare_bench.trainers.distributed import (
     all_reduce_grads,
     all_reduce_metrics,
     barrier,
+    full_optimizer_state_dict,
+    full_state_dict,
     gather_objects,
     init_distributed,
+    is_sharded,
+    shard_model,
     shard_rows,
 )
 from dare_bench.trainers.loop import PromptStream, build_scheduler
@@ -246,8 +250,10 @@ class SupervisedRun:
     kind = ""  # "sft" / "vrpo": names the run in checkpoints and the progress bar
 
     def __init__(self, model, cfg, opts: TrainRunOptions, n_items: int, global_batch: int):
-        self.model, self.cfg, self.opts = model, cfg, opts
+        self.cfg, self.opts = cfg, opts
         self.dist = opts.dist or init_distributed()  # a no-op outside torchrun
+        # under torchrun: FSDP2 shards, in place (the caller's model object is the sharded one); no-op in one process
+        self.model = model = shard_model(model, self.dist, opts.compute_dtype)
         self.n_items, self.global_batch = n_items, global_batch
         self.total = run_length(cfg.steps, cfg.epochs, n_items, global_batch)
         self.local = shard_rows(global_batch, self.dist)
@@ -340,11 +346,16 @@ class SupervisedRun:
     def checkpoint(self) -> None:
         """Every rank's RNG to rank 0, which writes weights, optimizer, scheduler, data position and losses."""
         rng_all = gather_objects(capture_rng(self.generators), self.dist)
+        # a sharded model's full weights and optimizer state: gathered by every rank (collectives), kept by rank 0
+        sharded = is_sharded(self.model)
+        model_state = full_state_dict(self.model) if sharded else None
+        optimizer_state = full_optimizer_state_dict(self.model, self.optimizer) if sharded else None
         if self.dist.is_main:
             state = dict(self._identity(), losses=self.losses, logged=[[s, m] for s, m in self.logged],
                          data=self.stream.state() if self.stream is not None else None)
             save_checkpoint(self.ckpt_root, self.step, model=self.model, optimizer=self.optimizer,
-                            scheduler=self.scheduler, trainer_state=state, rng=rng_all)
+                            scheduler=self.scheduler, trainer_state=state, rng=rng_all, model_state=model_state,
+                            optimizer_state=optimizer_state)
         barrier(self.dist)
         self.last_ckpt = checkpoint_path(self.ckpt_root, self.step)
 
