@@ -31,11 +31,11 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     from dare_bench.registry import get
 
     spec = get(name)
-    # with the data: a missing training file fails here, before the pipeline writes anything
-    cfg = spec.resolve(scale, list(overrides), with_data=True)
+    cfg = spec.resolve(scale, list(overrides))
     _check_algorithm_backbone(cfg)
     _check_preference_data(cfg)
-    return spec, cfg
+    # then the data: a missing training file fails here, before the pipeline writes anything
+    return spec, spec.resolve(scale, list(overrides), with_data=True)
 
 
 # The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen).

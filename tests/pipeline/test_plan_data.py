@@ -47,18 +47,19 @@ def test_missing_data_fails_at_plan_time_before_the_store(tmp_path, monkeypatch)
 
     monkeypatch.setenv("DARE_BENCH_DATA", str(tmp_path / "empty"))
     db = tmp_path / "runs.db"
-    with pytest.raises(DataError, match=r"train.data entry 'gsm8k': no file at .*gsm8k_1.parquet"):
+    with pytest.raises(DataError, match=r"train.data entry 'math': no file at .*math_1.parquet"):
         reproduce("d1-llada-gsm8k", "paper", db=f"sqlite:///{db}", progress=False, log=lambda m: None)
     with pytest.raises(DataError, match="DARE_BENCH_DATA"):
         reproduce("d1-llada-gsm8k", "paper", dry_run=True, progress=False, log=lambda m: None)
     assert not db.exists()
 
 
-def test_paper_gsm8k_trains_on_dare_gsm8k_then_math(monkeypatch):
+def test_paper_gsm8k_and_math500_train_on_the_same_dare_math_then_gsm8k(monkeypatch):
     monkeypatch.setenv("DARE_BENCH_DATA", str(DARE_DATA))
     _, cfg = resolve("d1-llada-gsm8k", "paper")
     assert [(d.entry, d.source.rsplit("/", 1)[-1]) for d in cfg.data] == [
-        ("gsm8k", "gsm8k_1.parquet"), ("math", "math_1.parquet")]
+        ("math", "math_1.parquet"), ("gsm8k", "gsm8k_1.parquet")]
+    assert resolve("d1-llada-math500", "paper")[1].data == cfg.data
 
 
 def test_local_plan_lists_the_resolved_sources(monkeypatch):
