@@ -3,7 +3,9 @@
 A reproduction (`dare_bench/reproductions/<algorithm>-<backbone>-<task>.yaml`, loaded by `dare_bench.registry`) is a
 `ReproductionSpec`: identity (algorithm x backbone x task), one `ScaleProfile` per scale and the scores published
 for it (`ReportedScore`). Resolving a spec at a scale, plus optional command-line overrides, gives a `RunConfig`,
-whose `content_hash` keys runs in the store: identical semantic configs give identical hashes.
+whose `content_hash` keys runs in the store: identical semantic configs give identical hashes. Resolved
+`with_data=True` (the pipeline, `dare-bench check`), the config also holds `train.data` resolved to sources and
+fingerprints (`RunConfig.data`), so the hash says which data a run trains on.
 
     from dare_bench.registry import get
     cfg = get("bgpo-llada-sudoku").resolve("tiny", ["train.lr=1e-5", "eval.limit=64"])

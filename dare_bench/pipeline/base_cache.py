@@ -1,9 +1,11 @@
 """Stage 2, the base: the model every algorithm of a backbone x task x scale starts from.
 
-tiny / micro: an SFT of the backbone's tiny preset on the task's training data, trained once and cached under
-`DARE_BENCH_HOME/bases/<backbone>-<task>-<scale>-<hash>/` (the hash covers the recipe, tokenizer, data, grader and
-answer length; bump `BASE_RECIPE_VERSION` when the base-training code changes the weights). paper: the real
-checkpoint (`--checkpoint DIR` or `$DARE_BENCH_CHECKPOINTS/<name>`), loaded on the run's device.
+Both load the run's training items from `train.data` (tasks.mixtures: the listed sources in order, over-long prompts
+dropped on `train.max_prompt_length` as verl does). tiny / micro: an SFT of the backbone's tiny preset on them,
+trained once and cached under `DARE_BENCH_HOME/bases/<backbone>-<task>-<scale>-<hash>/` (the hash covers the recipe,
+tokenizer, data, grader and answer length; bump `BASE_RECIPE_VERSION` when the base-training code changes the
+weights). paper: the real checkpoint (`--checkpoint DIR` or `$DARE_BENCH_CHECKPOINTS/<name>`), loaded on the run's
+device.
 
     dare-bench reproduce sft-llada-sudoku --scale micro     # builds (or reuses) the llada x sudoku micro base
 
