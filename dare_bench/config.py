@@ -3,7 +3,9 @@
 A reproduction (`dare_bench/reproductions/<algorithm>-<backbone>-<task>.yaml`, loaded by `dare_bench.registry`) is a
 `ReproductionSpec`: identity (algorithm x backbone x task), one `ScaleProfile` per scale and the scores published
 for it (`ReportedScore`). Resolving a spec at a scale, plus optional command-line overrides, gives a `RunConfig`,
-whose `content_hash` keys runs in the store: identical semantic configs give identical hashes.
+whose `content_hash` keys runs in the store: identical semantic configs give identical hashes. Resolved
+`with_data=True` (the pipeline, `dare-bench check`), the config also holds `train.data` resolved to sources and
+fingerprints (`RunConfig.data`), so the hash says which data a run trains on.
 
     from dare_bench.registry import get
     cfg = get("bgpo-llada-sudoku").resolve("tiny", ["train.lr=1e-5", "eval.limit=64"])
@@ -30,14 +32,14 @@ import difflib
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dare_bench import catalogue
 from dare_bench.catalogue.settings import KlEstimator, LossAgg
-from dare_bench.errors import ConfigError
+from dare_bench.errors import ConfigError, DataError
 
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
@@ -56,9 +58,20 @@ UNPINNED = "unpinned"
 
 
 class Strict(BaseModel):
-    """Base of every schema: unknown keys are errors, assignments are validated."""
+    """Base of every schema: unknown keys are errors, assignments are validated. `removed` names fields that
+    existed once and why they went, so an old YAML fails with the reason instead of a bare unknown-key error."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    removed: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_removed_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in cls.removed.items():
+                if key in data:
+                    raise ValueError(f"`{key}` was removed from the schema: {why}")
+        return data
 
 
 # --------------------------------------------------------------------------------------------------- pieces
@@ -127,25 +140,21 @@ class LoraSettings(Strict):
 
 class BaseRecipe(Strict):
     """SFT recipe of the shared tiny base model (tiny/micro scales): trained from scratch on the task once,
-    cached by its own hash, and reused by every algorithm of that backbone x task."""
+    cached by its own hash, and reused by every algorithm of that backbone x task. The SFT runs exactly
+    `start_step` steps (the post-training start is that under-trained checkpoint)."""
 
-    steps: int = Field(..., gt=0)
+    removed: ClassVar[dict[str, str]] = {
+        "steps": "the base SFT trains exactly `start_step` steps; set `start_step`",
+        "checkpoint_every": "the base keeps only its `start_step` checkpoint",
+    }
+
     lr: float = Field(..., gt=0)
     warmup_steps: int = Field(0, ge=0)
     batch_size: int = Field(..., gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
-    checkpoint_every: int = Field(..., gt=0, description="dense checkpoints: the useful SFT window is short")
-    start_step: int = Field(..., gt=0, description="SFT checkpoint the post-training starts from")
+    start_step: int = Field(..., gt=0, description="SFT steps: the checkpoint the post-training starts from")
     seed: int = 0
-
-    @model_validator(mode="after")
-    def _start_in_range(self) -> "BaseRecipe":
-        if self.start_step > self.steps:
-            raise ValueError(f"start_step {self.start_step} is after the last SFT step {self.steps}")
-        if self.start_step % self.checkpoint_every:
-            raise ValueError(f"start_step {self.start_step} is not a checkpoint (every {self.checkpoint_every})")
-        return self
 
 
 # ------------------------------------------------------------------------------------------ train / eval
@@ -207,12 +216,18 @@ class TrainSettings(Strict):
 
 
 class EvalSettings(Strict):
+    """The evaluation of the final (last) model: one decoded sample per item."""
+
+    removed: ClassVar[dict[str, str]] = {
+        "repeats": "the evaluator decodes one sample per item (pass@1)",
+        "checkpoint": "the final evaluation is of the last model; picking the best on the test set is selection "
+                      "on the test set",
+    }
+
     split: str = "test"
     limit: int | None = Field(None, gt=0, description="first N items of the split; None = all")
     batch_size: int = Field(16, gt=0)
-    repeats: int = Field(1, gt=0, description="samples per item (pass@k / averaging)")
     metric: str = Field("accuracy", description="primary metric written to the store")
-    checkpoint: Literal["last", "best"] = "last"
     sampler: SamplerSettings
 
 
@@ -312,7 +327,12 @@ class ReproductionSpec(Strict):
             seen.add(key)
         return self
 
-    def resolve(self, scale: str, overrides: list[str] | tuple[str, ...] = ()) -> "RunConfig":
+    def resolve(self, scale: str, overrides: list[str] | tuple[str, ...] = (), *,
+                with_data: bool = False) -> "RunConfig":
+        """The run config of `scale` (+ overrides). `with_data`: also resolve `train.data` to its sources and
+        fingerprints (`RunConfig.data`, part of the hash; a missing file is a DataError). The pipeline and
+        `dare-bench check` resolve with data, so a run's hash says which data it trained on; the registry alone
+        (listing, showing, validating) needs no data on disk."""
         if scale not in self.scales:
             hint = _suggest(scale, self.scales)
             raise ConfigError(f"{self.name} has no scale {scale!r}{hint} (scales: {', '.join(self.scales)})")
@@ -320,7 +340,17 @@ class ReproductionSpec(Strict):
             reproduction=self.name, algorithm=self.algorithm, backbone=self.backbone, task=self.task,
             grader=self.grader, scale=scale, profile=self.scales[scale].model_copy(deep=True),
         )
-        return pinned.apply_overrides(overrides) if overrides else pinned
+        if with_data:
+            try:
+                pinned = pinned.model_copy(update={"data": pinned.resolve_data()})
+            except DataError:
+                # the overrides may name the data that is missing; without them, the error stands
+                if not overrides:
+                    raise
+        if not overrides:
+            return pinned
+        cfg = pinned.apply_overrides(overrides)
+        return cfg.model_copy(update={"data": cfg.resolve_data()}) if with_data else cfg
 
     def knobs(self, scale: str) -> BaseModel:
         """The typed algorithm settings of a scale (defaults filled in): for an RL plug-in, its `Config`."""
@@ -357,8 +387,30 @@ def knob_problem(algorithm: str, train: TrainSettings) -> str | None:
 NON_SEMANTIC = {"description", "hardware", "overrides", "modified", "pinned_hash"}
 
 
+class DataRecord(Strict):
+    """One resolved `train.data` entry (dare_bench.tasks.mixtures): the entry, what it resolved to, the sha256 that
+    pins its content (file hash; for hf: / generators the pinned id or the generator call)."""
+
+    entry: str
+    source: str
+    fingerprint: str
+
+
+def train_items_needed(profile: ScaleProfile) -> int | None:
+    """Tiny / micro runs draw at most this many training items (a micro base needs ~1k, not a 20k-item set)."""
+    if profile.base is None:
+        return None
+    train = profile.train
+    needed = max(profile.base.start_step * profile.base.batch_size,
+                 (train.steps or 1) * (train.batch_prompts or 1), 256)
+    return needed if needed < 20000 else None
+
+
 class RunConfig(Strict):
-    """A reproduction resolved at one scale (+ overrides): what the pipeline runs and the store records."""
+    """A reproduction resolved at one scale (+ overrides): what the pipeline runs and the store records.
+
+    `data` is `train.data` resolved to sources and fingerprints (empty until resolved, `resolve(with_data=True)`);
+    it is semantic, so a run on generated data and one on DARE's files hash differently."""
 
     reproduction: str
     algorithm: Algorithm
@@ -369,6 +421,17 @@ class RunConfig(Strict):
     profile: ScaleProfile
     overrides: list[str] = Field(default_factory=list)
     pinned_hash: str | None = Field(None, description="hash before overrides; set when overrides were applied")
+    data: list[DataRecord] = Field(default_factory=list, description="train.data resolved (tasks.mixtures)")
+
+    def resolve_data(self) -> list[DataRecord]:
+        """`train.data` of this config resolved to sources and fingerprints; DataError when a source is missing."""
+        from dare_bench.tasks import get_task
+        from dare_bench.tasks.mixtures import resolve_sources
+
+        if self.profile.train.kind == "none" and self.profile.base is None:
+            return []  # a paper-scale baseline evaluates the checkpoint: no training data at all
+        sources = resolve_sources(get_task(self.task), self.profile.train.data, train_items_needed(self.profile))
+        return [DataRecord(**s.record()) for s in sources]
 
     @property
     def modified(self) -> bool:
@@ -380,7 +443,10 @@ class RunConfig(Strict):
         return hashlib.sha256(canonical_json(self.semantic_dict()).encode()).hexdigest()
 
     def semantic_dict(self) -> dict[str, Any]:
-        return _strip(self.model_dump(mode="json"), NON_SEMANTIC)
+        d = _strip(self.model_dump(mode="json"), NON_SEMANTIC)
+        # where a data file lies is not what it holds: the same files under another directory hash the same
+        d["data"] = [{k: v for k, v in rec.items() if k != "source"} for rec in d["data"]]
+        return d
 
     def to_dict(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")

@@ -129,10 +129,11 @@ def _resolve_db(db: str | None) -> str:
 
 
 def _config(name: str, scale: str, overrides=()):
-    # The registry alone (no torch): comparing runs already in the store stays instant.
+    # The registry alone (no torch): comparing runs already in the store stays instant. With the data, as the
+    # pipeline resolves it: the training data's fingerprints are part of the config hash.
     from dare_bench.registry import get
 
-    return get(name).resolve(scale, list(overrides))
+    return get(name).resolve(scale, list(overrides), with_data=True)
 
 
 def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:

@@ -41,13 +41,19 @@ import traceback
 import warnings
 from pathlib import Path
 
-from dare_bench.errors import ConfigError
 from dare_bench.pipeline.base_cache import build_base, load_base
 from dare_bench.pipeline.context import Base, Log, RunContext
 from dare_bench.pipeline.evaluation import _new_uid, evaluate_base, evaluate_final, evaluate_model
 from dare_bench.pipeline.examples import preference_pairs, sft_examples
 from dare_bench.pipeline.launch import check_nproc, launch_torchrun, torchrun_command, under_torchrun
-from dare_bench.pipeline.plan import _require_gpu_and_checkpoint, default_scale, local_plan, paper_plan, resolve
+from dare_bench.pipeline.plan import (
+    _require_gpu_and_checkpoint,
+    check_checkpoint_option,
+    default_scale,
+    local_plan,
+    paper_plan,
+    resolve,
+)
 from dare_bench.pipeline.summary import ReproduceResult, summary_lines
 from dare_bench.pipeline.train import save_final_model, train
 
@@ -69,9 +75,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     common = dict(name=spec.name, scale=chosen_scale, seed=run_seed, config_hash=cfg.content_hash,
                   modified=cfg.modified)
     paper = chosen_scale in ("paper", "official")
-    if checkpoint is not None and not paper:
-        raise ConfigError(f"--checkpoint applies to the paper scale only; {chosen_scale} starts from the cached SFT "
-                          f"base of the {cfg.profile.model.preset} preset (drop --checkpoint, or use --scale paper)")
+    check_checkpoint_option(chosen_scale, checkpoint)
     run_device = device or ("cuda" if paper else "cpu")
     launcher = dict(name=name, scale=chosen_scale, seed=seed, db=db, resume=resume, overrides=list(overrides),
                     force=force, checkpoint=checkpoint, device=run_device)

@@ -1,9 +1,11 @@
 """Stage 2, the base: the model every algorithm of a backbone x task x scale starts from.
 
-tiny / micro: an SFT of the backbone's tiny preset on the task's training data, trained once and cached under
-`DARE_BENCH_HOME/bases/<backbone>-<task>-<scale>-<hash>/` (the hash covers the recipe, tokenizer, data, grader and
-answer length; bump `BASE_RECIPE_VERSION` when the base-training code changes the weights). paper: the real
-checkpoint (`--checkpoint DIR` or `$DARE_BENCH_CHECKPOINTS/<name>`), loaded on the run's device.
+Both load the run's training items from `train.data` (tasks.mixtures: the listed sources in order, over-long prompts
+dropped on `train.max_prompt_length` as verl does). tiny / micro: an SFT of the backbone's tiny preset on them,
+trained once and cached under `DARE_BENCH_HOME/bases/<backbone>-<task>-<scale>-<hash>/` (the hash covers the recipe,
+tokenizer, data, grader and answer length; bump `BASE_RECIPE_VERSION` when the base-training code changes the
+weights). paper: the real checkpoint (`--checkpoint DIR` or `$DARE_BENCH_CHECKPOINTS/<name>`), loaded on the run's
+device.
 
     dare-bench reproduce sft-llada-sudoku --scale micro     # builds (or reuses) the llada x sudoku micro base
 
@@ -29,14 +31,19 @@ BASE_RECIPE_VERSION = 1
 def load_base(ctx: RunContext) -> Base:
     """tiny / micro: the cached SFT base (built on first use). paper: the real checkpoint (chat template prompts)."""
     from dare_bench.tasks import get_task
+    from dare_bench.tasks.mixtures import load_mixture
 
     cfg = ctx.cfg
     task = get_task(cfg.task)
-    train_data = task.load(split="train", limit=_train_items_needed(cfg))
+    # `train.data` in order (the base SFT of tiny / micro and the post-training read the same items); a paper
+    # baseline trains on nothing
+    needs_data = cfg.profile.train.kind != "none" or cfg.profile.base is not None
+    train_data = load_mixture(task, cfg.profile.train.data, _train_items_needed(cfg)) if needs_data else []
     if ctx.paper_dir is None:
         from dare_bench.tasks.tokenizer import build_task_tokenizer
 
         tokenizer = build_task_tokenizer(cfg.task)
+        train_data = _drop_overlong(ctx, task, train_data, tokenizer, "plain")
         model, base_dir, _ = build_base(cfg, task, tokenizer, list(train_data),
                                         data_fingerprint=str(train_data.fingerprint), log=ctx.log,
                                         progress=ctx.progress)
@@ -50,10 +57,30 @@ def load_base(ctx: RunContext) -> Base:
         model = load_pretrained(ctx.paper_dir, dtype=cfg.profile.model.dtype, device=ctx.device,
                                 attention=cfg.profile.model.attention)
         tokenizer = load_tokenizer(ctx.paper_dir)
+        train_data = _drop_overlong(ctx, task, train_data, tokenizer, tokenizer)
         base_dir = dare_bench_home() / "bases" / f"paper-{cfg.backbone}-{cfg.task}-{cfg.content_hash[:16]}"
         base_dir.mkdir(parents=True, exist_ok=True)
         template = tokenizer
     return Base(model, tokenizer, task, train_data, base_dir, template)
+
+
+def _drop_overlong(ctx: RunContext, task, train_data, tokenizer, template):
+    """verl's filter_overlong_prompts on `train.max_prompt_length` (tasks.mixtures.filter_overlong), logged."""
+    from dare_bench.tasks.mixtures import filter_overlong
+
+    max_len = ctx.cfg.profile.train.max_prompt_length
+    if max_len is None or not train_data:
+        return train_data
+    kept, dropped = filter_overlong(task, train_data.items, tokenizer, template, max_len)
+    if dropped:
+        ctx.log(f"data: dropped {dropped} of {len(train_data)} training prompts longer than {max_len} tokens "
+                "(train.max_prompt_length)")
+    if dropped:
+        from dare_bench.tasks.base import sha256_items
+
+        # what was kept is what trains (and what the cached base's key must name)
+        train_data.items, train_data.fingerprint = kept, sha256_items(kept)
+    return train_data
 
 
 def _hash(obj: Any) -> str:

@@ -34,7 +34,8 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     cfg = spec.resolve(scale, list(overrides))
     _check_algorithm_backbone(cfg)
     _check_preference_data(cfg)
-    return spec, cfg
+    # then the data: a missing training file fails here, before the pipeline writes anything
+    return spec, spec.resolve(scale, list(overrides), with_data=True)
 
 
 # The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen).
@@ -78,7 +79,7 @@ def _plugin_name(algorithm: str) -> str:
 def local_plan(cfg) -> dict[str, Any]:
     """What a tiny / micro run would do (`--dry-run`): the resolved config, the base recipe, the model preset."""
     return {"config": cfg.to_dict(), "base": cfg.profile.base.model_dump() if cfg.profile.base else None,
-            "model_preset": cfg.profile.model.preset}
+            "model_preset": cfg.profile.model.preset, "data": data_sources(cfg)}
 
 
 def _answer_length(cfg) -> int:
@@ -90,13 +91,22 @@ def _answer_length(cfg) -> int:
 
 
 def _train_items_needed(cfg) -> int | None:
-    """Tiny / micro runs draw at most this many training items (a micro base needs ~1k, not a 20k-item set)."""
-    if cfg.profile.base is None:
-        return None
-    train = cfg.profile.train
-    needed = max(cfg.profile.base.start_step * cfg.profile.base.batch_size,
-                 (train.steps or 1) * (train.batch_prompts or 1), 256)
-    return needed if needed < 20000 else None
+    """Tiny / micro runs draw at most this many training items (config.train_items_needed)."""
+    from dare_bench.config import train_items_needed
+
+    return train_items_needed(cfg.profile)
+
+
+def check_checkpoint_option(scale: str, checkpoint: str | None) -> None:
+    """`--checkpoint` names real weights: refuse it at a scale that trains a tiny replica from scratch."""
+    if checkpoint is not None and scale not in ("paper", "official"):
+        raise ConfigError(f"--checkpoint applies to --scale paper or official; --scale {scale} trains a tiny "
+                          "replica from scratch (drop --checkpoint, or use --scale paper)")
+
+
+def data_sources(cfg) -> list[dict[str, str]]:
+    """The resolved training data of a dry-run plan: entry, source, fingerprint, in training order."""
+    return [d.model_dump() for d in cfg.data]
 
 
 def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
@@ -129,7 +139,8 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
     plan = {
         "reproduction": cfg.reproduction, "scale": cfg.scale, "checkpoint": ckpt_id,
         "revision": cfg.profile.model.revision, "checkpoint_dir": str(ckpt_dir) if ckpt_dir else None,
-        "config_source": config_source, "parameters": n, "trainable_parameters": trainable,
+        "config_source": config_source, "data": data_sources(cfg), "parameters": n,
+        "trainable_parameters": trainable,
         "memory_gib": paper_memory_gib(cfg, model),
         "gpus": gpus,
         "command": (f"torchrun --nproc_per_node {gpus} -m dare_bench.cli reproduce {cfg.reproduction} --scale "
@@ -197,4 +208,4 @@ def _require_gpu_and_checkpoint(plan: dict[str, Any], device: str = "cuda") -> N
                              "cpu to run the recipe on CPU (with a shrunk checkpoint), or --dry-run to see the plan")
 
 
-__all__ = ["default_scale", "local_plan", "paper_plan", "resolve"]
+__all__ = ["check_checkpoint_option", "data_sources", "default_scale", "local_plan", "paper_plan", "resolve"]

@@ -214,13 +214,11 @@ class PromptStream:
 
 
 def load_train_items(task, data: Sequence[str]) -> list[Any]:
-    """The training items named by `train.data`: the task's own name (or nothing) means its standard train split,
-    anything else is a source for `task.load` (a file, `hf:<id>@<rev>`, `generator:<seed>`); sets concatenate."""
-    sources = list(data) or [task.name]
-    items: list[Any] = []
-    for src in sources:
-        items.extend(task.load("train") if src == task.name else task.load("train", source=src))
-    return items
+    """The training items named by `train.data`, concatenated in order (tasks.mixtures: the task's own name, a DARE
+    data name, a file, `hf:<id>@<rev>`, `generator:<seed>`; nothing = the task's standard train split)."""
+    from dare_bench.tasks.mixtures import load_mixture
+
+    return list(load_mixture(task, data))
 
 
 # --- rollout helpers ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ STEPS = 3
 def config(name: str = NAME, scale: str = "micro", overrides=()):
     from dare_bench.registry import get
 
-    return get(name).resolve(scale, list(overrides))
+    return get(name).resolve(scale, list(overrides), with_data=True)  # as the pipeline resolves it
 
 
 def _evaluation(checkpoint: str, rng: random.Random, level: float, fingerprint: str = "sha256:items"):

@@ -91,8 +91,7 @@ def test_record_then_check_round_trip(tmp_path):
     directory = tmp_path / "baselines"
     db = f"sqlite:///{tmp_path / 'check.db'}"
     args = ["--baselines", str(directory), "--db", db, "--scale", "micro"]
-    rec = CliRunner().invoke(app, ["check", "--record", FAST, "--seeds", "2", "-o", "base.start_step=160",
-                                   "-o", "base.steps=160", *args])
+    rec = CliRunner().invoke(app, ["check", "--record", FAST, "--seeds", "2", "-o", "base.start_step=160", *args])
     assert rec.exit_code == 0, rec.output
     doc = json.loads((directory / f"{FAST}.micro.json").read_text())
     assert doc["seeds"] == [0, 1] and len(doc["runs"]) == 2 and doc["overrides"]

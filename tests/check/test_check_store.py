@@ -219,7 +219,7 @@ def test_re_recording_keeps_the_overrides_the_baseline_pins(setup, monkeypatch):
     db, directory = setup
     path = directory / f"{NAME}.micro.json"
     doc = json.loads(path.read_text())
-    doc["overrides"] = ["base.steps=160", "base.start_step=160"]
+    doc["overrides"] = ["base.start_step=160"]
     path.write_text(json.dumps(doc))
     calls = []
 
@@ -232,6 +232,6 @@ def test_re_recording_keeps_the_overrides_the_baseline_pins(setup, monkeypatch):
     assert result.exit_code == 0, result.output
     assert calls == [(NAME, "micro", [0, 1, 2], doc["overrides"])]
     assert json.loads(path.read_text())["recorded_at"] == "again"
-    result = _check(db, directory, "--record", NAME, "-o", "base.steps=80", "--seeds", "2")
+    result = _check(db, directory, "--record", NAME, "-o", "base.start_step=80", "--seeds", "2")
     assert result.exit_code == 0, result.output
-    assert calls[-1] == (NAME, "micro", [0, 1], ["base.steps=80"])
+    assert calls[-1] == (NAME, "micro", [0, 1], ["base.start_step=80"])

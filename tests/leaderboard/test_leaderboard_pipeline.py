@@ -12,7 +12,7 @@ from dare_bench.leaderboard import data as L
 
 from lb_helpers import APP
 
-SHRINK = ["base.steps=4", "base.start_step=4", "base.checkpoint_every=4", "base.batch_size=4",
+SHRINK = ["base.start_step=4", "base.batch_size=4",
           "base.warmup_steps=1", "eval.limit=4", "eval.batch_size=4"]
 RL = ["train.steps=2", "train.batch_prompts=1", "train.group_size=2"]
 

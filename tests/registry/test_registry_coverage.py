@@ -124,4 +124,4 @@ def test_every_file_is_documented_and_resolves(reg):
                 if prof.train.kind in ("rl", "preference"):
                     assert prof.train.lr <= 2e-5  # feasibility: larger lr hurt RL
         micro = spec.scales["micro"]
-        assert micro.eval.limit <= 16 and (micro.train.steps or 0) <= 3 and micro.base.steps <= 50
+        assert micro.eval.limit <= 16 and (micro.train.steps or 0) <= 3 and micro.base.start_step <= 50

@@ -127,3 +127,17 @@ def test_unknown_name_and_filters_suggest(regdir):
     with pytest.raises(ConfigError, match="did you mean 'llada'"):
         reg.select(backbone="lada")
     assert reg.select(task="gsm8k") == []
+
+
+@pytest.mark.parametrize("section, key, why", [
+    ("eval", "repeats: 4", "one sample per item"),
+    ("eval", "checkpoint: best", "selection on the test set"),
+    ("base", "steps: 300", "trains exactly `start_step` steps"),
+    ("base", "checkpoint_every: 25", "only its `start_step` checkpoint"),
+])
+def test_a_removed_field_fails_with_why_it_went(regdir, section, key, why):
+    f = regdir / f"{GOOD}.yaml"
+    _edit(f, "task: sudoku\n", f"task: sudoku\nscales:\n  tiny:\n    {section}:\n      {key}\n")
+    msg = _error(regdir)
+    name = key.split(":")[0]
+    assert f"`{name}` was removed from the schema" in msg and why in msg and str(f) in msg

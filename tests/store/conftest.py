@@ -15,7 +15,7 @@ def _profile(preset: bool) -> dict:
         "eval": {"limit": 8, "sampler": {"name": "tiny-sudoku", "gen_length": 16, "steps": 16}},
     }
     if preset:
-        prof["base"] = {"steps": 20, "lr": 1e-3, "batch_size": 8, "checkpoint_every": 10, "start_step": 20}
+        prof["base"] = {"lr": 1e-3, "batch_size": 8, "start_step": 20}
     return prof
 
 

@@ -92,6 +92,21 @@ class ReverseTask:
         rng = random.Random(seed)
         self.items = [ToyItem(i, "".join(rng.choice("0123456789") for _ in range(3))) for i in range(n)]
 
+    # the Task surface `train.data` resolution uses (tasks.mixtures): no DARE file, a generator of these items
+    has_generator = True
+    dare_files: dict = {}
+
+    def dare_path(self, split: str):
+        return None
+
+    def default_generated_size(self, split: str) -> int:
+        return len(self.items)
+
+    def generate(self, n: int, seed: int = 0, split: str = "train"):
+        from dare_bench.tasks.base import TaskDataset
+
+        return TaskDataset(self.name, split, self.items[:n], source=f"reverse(n={n})", fingerprint=f"reverse-{n}")
+
     def load(self, split: str = "train", source=None, limit=None):
         return self.items[:limit] if limit else list(self.items)
 

@@ -1,0 +1,195 @@
+"""Training-data mixtures: what `train.data` names, resolved to sources with fingerprints, loaded in order, and
+verl's over-long prompt filter.
+
+An entry of `train.data` is one of
+
+- the task's own name (the registry's `"{task}"`): its standard train split (`Task.load("train")`: DARE's file under
+  `$DARE_BENCH_DATA`, else the task's seeded generator where it has one);
+- a DARE data name (`gsm8k`, `math`, `countdown-n20000`, `sudoku-n20000`, ...): DARE's file
+  `$DARE_BENCH_DATA/rl/train/<name>_1.parquet` (DARE's layout; a file without the `_1` suffix is accepted too);
+- a file path (`.parquet`, `.jsonl`, `.json`, `.csv`, or anything with a `/`);
+- `hf:<id>[:<config>]@<revision>` (a `datasets` id, revision required) or `generator[:<seed>]`.
+
+Entries concatenate in the listed order (DARE trains one model on GSM8K + MATH: `data: [gsm8k, math]`). Resolving
+touches no row: a missing file is one DataError naming the entry, the path tried and `$DARE_BENCH_DATA`, raised when
+the pipeline plans the run (`pipeline.plan.resolve`), before anything is written. Each resolved source carries the
+fingerprint that goes into the run's config hash: the sha256 of the file; for `hf:` sources the pinned id and
+revision (a Hub commit pins the content); for generators the generator call (task, seed, size, split; deterministic
+code) — the content fingerprint of the loaded items is recorded with the run's evaluations as before.
+
+    from dare_bench.tasks import get_task
+    from dare_bench.tasks.mixtures import resolve_sources, load_mixture, filter_overlong
+    task = get_task("gsm8k")
+    [s.record() for s in resolve_sources(task, ["gsm8k", "math"])]   # [{entry, source, fingerprint}, ...]
+    ds = load_mixture(task, ["gsm8k", "math"])                       # 7473 + 7474 items, in that order
+    kept, dropped = filter_overlong(task, ds.items, tokenizer, tokenizer, max_len=512)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from dare_bench.errors import ConfigError, DataError
+from dare_bench.tasks.base import DATA_ENV, Item, Task, TaskDataset, parse_hf_source, sha256_file
+
+FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
+# DARE's preprocessed train files are `<name>_1.parquet` (gsm8k_1, math_1, countdown-n20000_1, sudoku-n20000_1);
+# the plain `<name>.parquet` form is what its other sets (aime2024.parquet) use.
+DARE_NAME_FORMS = ("{name}_1.parquet", "{name}.parquet")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One resolved `train.data` entry. `task` parses its rows (for a DARE name, the task whose standard split the
+    file is, so MATH rows are read by the MATH task in a GSM8K run); `limit` is the generator size, if any."""
+
+    entry: str
+    kind: str  # task | dare | file | hf | generator
+    source: str
+    fingerprint: str
+    task: Task
+    seed: int | None = None
+
+    def record(self) -> dict[str, str]:
+        """What the run config (and its hash) keeps of this source."""
+        return {"entry": self.entry, "source": self.source, "fingerprint": self.fingerprint}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dare_owner(filename: str, default: Task) -> Task:
+    """The registered task whose standard train split is `filename` (MATH's math_1.parquet -> math500), else
+    `default`: its check of a row (a GSM8K gold must be a number) then fits the rows."""
+    from dare_bench.tasks import get_task, list_tasks
+
+    for name in list_tasks():
+        if get_task(name).dare_files.get("train") == filename:
+            return get_task(name)
+    return default
+
+
+def _file_source(entry: str, path: Path, task: Task, kind: str) -> DataSource:
+    if not path.is_file():
+        raise DataError(f"train.data entry {entry!r}: no file at {path} (${DATA_ENV}="
+                        f"{os.environ.get(DATA_ENV) or '<unset>'})")
+    return DataSource(entry, kind, str(path.resolve()), sha256_file(path), task)
+
+
+def _generated(entry: str, task: Task, seed: int, n: int) -> DataSource:
+    # Generators are deterministic code: the call pins the content without generating 20k puzzles at plan time.
+    call = f"generator:{task.name}(seed={seed},n={n},split=train)"
+    return DataSource(entry, "generator", call, _sha(call), task, seed=seed)
+
+
+def resolve_entry(task: Task, entry: str, limit: int | None = None) -> DataSource:
+    """Where one `train.data` entry's rows come from (see the module docstring); reads no rows."""
+    entry = str(entry).strip()
+    if not entry:
+        raise ConfigError("train.data: an empty entry")
+    def n() -> int:
+        return task.default_generated_size("train") if limit is None else limit
+
+    if entry == task.name:
+        path = task.dare_path("train")
+        if path is not None:
+            return _file_source(entry, path, task, "task")
+        if task.has_generator:
+            return _generated(entry, task, 0, n())
+        fname = task.dare_files.get("train")
+        if fname is None:
+            raise DataError(f"train.data entry {entry!r}: task {task.name!r} has no standard train split; "
+                            "name a file, a DARE data name or hf:<id>@<revision>")
+        root = os.environ.get(DATA_ENV)
+        tried = Path(root).expanduser() / "rl" / "train" / fname if root else f"${DATA_ENV}/rl/train/{fname}"
+        raise DataError(f"train.data entry {entry!r}: no file at {tried} (${DATA_ENV}={root or '<unset>'})")
+    if entry.startswith("hf:"):
+        dataset_id, config, revision = parse_hf_source(entry)
+        return DataSource(entry, "hf", entry, _sha(f"hf:{dataset_id}:{config or ''}@{revision}"), task)
+    if entry == "generator" or entry.startswith("generator:"):
+        try:
+            seed = int(entry.partition(":")[2] or 0)
+        except ValueError as e:
+            raise ConfigError(f"train.data entry {entry!r}: expected generator or generator:<integer seed>") from e
+        if not task.has_generator:
+            raise DataError(f"train.data entry {entry!r}: task {task.name!r} has no procedural generator")
+        return _generated(entry, task, seed, n())
+    if entry.lower().endswith(FILE_SUFFIXES) or "/" in entry or entry.startswith("~"):
+        return _file_source(entry, Path(entry).expanduser(), task, "file")
+    root = os.environ.get(DATA_ENV)
+    forms = [f.format(name=entry) for f in DARE_NAME_FORMS]
+    if not root:
+        raise DataError(f"train.data entry {entry!r}: a DARE data name, but ${DATA_ENV} is unset (it would be "
+                        f"${DATA_ENV}/rl/train/{forms[0]}); set it to a directory laid out like DARE's data")
+    base = Path(root).expanduser() / "rl" / "train"
+    for form in forms:
+        if (base / form).is_file():
+            return _file_source(entry, base / form, _dare_owner(form, task), "dare")
+    raise DataError(f"train.data entry {entry!r}: no file at {base / forms[0]} (nor {forms[1]}; "
+                    f"${DATA_ENV}={root})")
+
+
+def resolve_sources(task: Task, entries: Sequence[str], limit: int | None = None) -> list[DataSource]:
+    """Every entry of `train.data`, in order; none means the task's standard train split."""
+    return [resolve_entry(task, e, limit) for e in (list(entries) or [task.name])]
+
+
+def load_sources(task: Task, sources: Sequence[DataSource], limit: int | None = None) -> TaskDataset:
+    """The items of `sources`, concatenated in order (the first `limit` of them). The dataset's `source` lists the
+    sources; its fingerprint is the sha256 of their content fingerprints in order."""
+    items: list[Item] = []
+    parts: list[str] = []
+    for src in sources:
+        if limit is not None and len(items) >= limit:
+            break
+        reader = src.task
+        if src.kind == "generator":
+            n = reader.default_generated_size("train") if limit is None else limit - len(items)
+            ds = reader.generate(n, seed=int(src.seed or 0), split="train")
+        else:
+            ds = reader.load("train", source=src.source)
+        items.extend(ds.items)
+        parts.append(ds.fingerprint)
+    if limit is not None:
+        items = items[:limit]
+    fingerprint = parts[0] if len(parts) == 1 else hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return TaskDataset(task.name, "train", items, source=" + ".join(s.source for s in sources),
+                       fingerprint=fingerprint, limit=limit)
+
+
+def load_mixture(task: Task, entries: Sequence[str], limit: int | None = None) -> TaskDataset:
+    """`train.data` resolved and loaded: the run's training items."""
+    return load_sources(task, resolve_sources(task, entries, limit), limit)
+
+
+def _n_tokens(tokenizer: Any, text: str) -> int:
+    # Templated prompts already carry their special tokens, as the loop encodes them (trainers.loop.encode).
+    if callable(tokenizer):
+        enc = tokenizer(text, add_special_tokens=False)
+        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+    else:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = list(ids)
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return len(ids)
+
+
+def filter_overlong(task: Task, items: Sequence[Item], tokenizer: Any, template: Any,
+                    max_len: int | None) -> tuple[list[Item], int]:
+    """verl's `filter_overlong_prompts`: drop the items whose prompt, as the run renders it (`template`: "plain"
+    or the chat tokenizer) and tokenises it, is longer than `max_len` tokens (`train.max_prompt_length`).
+    Returns (kept items in order, number dropped); `max_len` None keeps everything."""
+    if max_len is None:
+        return list(items), 0
+    kept = [it for it in items if _n_tokens(tokenizer, task.format_prompt(it, template)) <= max_len]
+    return kept, len(items) - len(kept)
+
+
+__all__ = ["DARE_NAME_FORMS", "DataSource", "filter_overlong", "load_mixture", "load_sources", "resolve_entry",
+           "resolve_sources"]

@@ -1,0 +1,79 @@
+"""The plan resolves `train.data`: sources and fingerprints in the config hash, a missing file refused before the
+store is touched, the sources listed in dry-run plans; and `--checkpoint` refused at the replica scales."""
+
+import shutil
+
+import pytest
+
+from dare_bench.errors import ConfigError, DataError
+from dare_bench.pipeline.plan import check_checkpoint_option, local_plan, resolve
+
+from testpaths import DARE_DATA
+
+SUDOKU_TRAIN = DARE_DATA / "rl" / "train" / "sudoku-n20000_1.parquet"
+
+
+def _dare_dir(root):
+    (root / "rl" / "train").mkdir(parents=True)
+    shutil.copy(SUDOKU_TRAIN, root / "rl" / "train" / SUDOKU_TRAIN.name)
+    return root
+
+
+def test_generator_and_dare_data_hash_differently_the_same_files_the_same(tmp_path, monkeypatch):
+    monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
+    _, generated = resolve("d1-llada-sudoku", "micro")
+    assert [d.entry for d in generated.data] == ["sudoku"]
+    assert generated.data[0].source.startswith("generator:sudoku(")
+    monkeypatch.setenv("DARE_BENCH_DATA", str(_dare_dir(tmp_path / "a")))
+    _, dare_a = resolve("d1-llada-sudoku", "micro")
+    monkeypatch.setenv("DARE_BENCH_DATA", str(_dare_dir(tmp_path / "b")))
+    _, dare_b = resolve("d1-llada-sudoku", "micro")
+    assert dare_a.data[0].source != dare_b.data[0].source
+    assert dare_a.content_hash == dare_b.content_hash != generated.content_hash
+    # the recipe fields are the same: only the data section differs
+    assert dare_a.profile == generated.profile
+
+
+def test_overrides_that_change_nothing_leave_a_run_unmodified(monkeypatch):
+    monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
+    _, cfg = resolve("d1-llada-sudoku", "micro", ["train.lr=2.0e-5"])
+    assert cfg.data and not cfg.modified
+    _, cfg = resolve("d1-llada-sudoku", "micro", ["train.data=[generator:7]"])
+    assert cfg.modified and cfg.data[0].source.startswith("generator:sudoku(seed=7")
+
+
+def test_missing_data_fails_at_plan_time_before_the_store(tmp_path, monkeypatch):
+    from dare_bench.pipeline import reproduce
+
+    monkeypatch.setenv("DARE_BENCH_DATA", str(tmp_path / "empty"))
+    db = tmp_path / "runs.db"
+    with pytest.raises(DataError, match=r"train.data entry 'math': no file at .*math_1.parquet"):
+        reproduce("d1-llada-gsm8k", "paper", db=f"sqlite:///{db}", progress=False, log=lambda m: None)
+    with pytest.raises(DataError, match="DARE_BENCH_DATA"):
+        reproduce("d1-llada-gsm8k", "paper", dry_run=True, progress=False, log=lambda m: None)
+    assert not db.exists()
+
+
+def test_paper_gsm8k_and_math500_train_on_the_same_dare_math_then_gsm8k(monkeypatch):
+    monkeypatch.setenv("DARE_BENCH_DATA", str(DARE_DATA))
+    _, cfg = resolve("d1-llada-gsm8k", "paper")
+    assert [(d.entry, d.source.rsplit("/", 1)[-1]) for d in cfg.data] == [
+        ("math", "math_1.parquet"), ("gsm8k", "gsm8k_1.parquet")]
+    assert resolve("d1-llada-math500", "paper")[1].data == cfg.data
+
+
+def test_local_plan_lists_the_resolved_sources(monkeypatch):
+    monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
+    _, cfg = resolve("sft-llada-sudoku", "micro")
+    plan = local_plan(cfg)
+    assert plan["data"] == [d.model_dump() for d in cfg.data] and plan["data"][0]["entry"] == "sudoku"
+    assert plan["config"]["data"] == plan["data"]
+
+
+def test_checkpoint_option_only_at_the_real_scales():
+    check_checkpoint_option("paper", "/ckpt/LLaDA-8B-Instruct")
+    check_checkpoint_option("official", "/ckpt/LLaDA-8B-Instruct")
+    check_checkpoint_option("micro", None)
+    for scale in ("tiny", "micro"):
+        with pytest.raises(ConfigError, match=f"--checkpoint applies to --scale paper or official; --scale {scale}"):
+            check_checkpoint_option(scale, "/ckpt/LLaDA-8B-Instruct")
