@@ -1,6 +1,6 @@
 """SFT and VRPO under torchrun (gloo, 2 CPU processes) equal one process on the same global batch: the same losses
-and the same updated weights (fp32, rtol 1e-5), one checkpoint writer, one RNG record per rank. The ranks hold FSDP2 shards of the model (and of the VRPO
-reference)."""
+and the same updated weights (fp32, rtol 1e-5), one checkpoint writer, one RNG record per rank. The ranks hold
+FSDP2 shards of the model (and of the VRPO reference)."""
 
 import os
 import socket
