@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         payload = {
             "name": spec.name, "algorithm": spec.algorithm, "backbone": spec.backbone, "task": spec.task,
             "paper_ref": spec.paper_ref, "grader": spec.grader, "file": str(reg.files[spec.name]),
-            "scales": {k: {**v.model_dump(mode="json"), "content_hash": spec.resolve(k).content_hash}
+            "scales": {k: {**v.model_dump(mode="json"), "content_hash": _run_hash(spec, k)}
                        for k, v in scales.items()},
             "reported": _reported(spec),
         }
@@ -143,9 +143,31 @@ def register(app: typer.Typer) -> None:
             if r.note:
                 typer.echo(f"      note: {r.note}")
         for k, v in scales.items():
-            typer.echo(f"\nscale {k} (config hash {payload['scales'][k]['content_hash'][:12]}):")
+            digest = payload["scales"][k]["content_hash"]
+            typer.echo(f"\nscale {k} (config hash {digest[:12] if digest else 'unknown: ' + _data_missing(spec, k)}):")
             shown = v.model_dump(mode="json", exclude_none=True)
             if v.train.kind == "none":
                 shown["train"] = {"kind": "none"}  # nothing is trained: the other fields are unused defaults
             body = yaml.safe_dump(shown, sort_keys=False, width=110)
             typer.echo("\n".join("  " + line for line in body.rstrip().splitlines()))
+
+
+def _run_hash(spec, scale: str) -> str | None:
+    """The hash a run of `scale` gets (its training data resolved, as the pipeline does); None when the data is
+    not on this machine."""
+    from dare_bench.errors import DataError
+
+    try:
+        return spec.resolve(scale, with_data=True).content_hash
+    except DataError:
+        return None
+
+
+def _data_missing(spec, scale: str) -> str:
+    from dare_bench.errors import DataError
+
+    try:
+        spec.resolve(scale, with_data=True)
+    except DataError as exc:
+        return str(exc)
+    return ""
