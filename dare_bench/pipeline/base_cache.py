@@ -72,10 +72,14 @@ def _drop_overlong(ctx: RunContext, task, train_data, tokenizer, template):
     if max_len is None or not train_data:
         return train_data
     kept, dropped = filter_overlong(task, train_data.items, tokenizer, template, max_len)
+    if not kept:  # nothing would train: say why here, not as an empty batch deep in a trainer
+        from dare_bench.errors import DataError
+
+        raise DataError(f"every one of the {len(train_data)} training prompts is longer than train.max_prompt_length "
+                        f"{max_len} tokens with this tokenizer; raise it (train.max_prompt_length=N)")
     if dropped:
         ctx.log(f"data: dropped {dropped} of {len(train_data)} training prompts longer than {max_len} tokens "
                 "(train.max_prompt_length)")
-    if dropped:
         from dare_bench.tasks.base import sha256_items
 
         # what was kept is what trains (and what the cached base's key must name)

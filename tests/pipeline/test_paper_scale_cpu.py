@@ -157,8 +157,10 @@ FP32 = ["model.dtype=float32"]  # exact comparison: no bf16 compute
 # shrunk LLaDA (stand-in tokenizer at the real special ids, DARE sudoku data); EBPO on a shrunk SDAR (block diffusion)
 TORCHRUN_CASES = {
     "d1-dream": ("d1-dream-gsm8k", "Dream-v0-Instruct-7B", SHORT),
+    # the stand-in tokenizer spells text byte by byte (~4x the real token count): prompts get a longer limit
     "sft-llada": ("sft-llada-sudoku", "LLaDA-8B-Instruct",
-                  ["train.steps=2", "train.batch_prompts=2", "eval.limit=4", "eval.batch_size=4",
+                  ["train.steps=2", "train.batch_prompts=2", "train.max_prompt_length=4096", "eval.limit=4",
+                   "eval.batch_size=4",
                    "eval.sampler.gen_length=8", "eval.sampler.steps=8", "eval.sampler.block_length=8"]),
     "ebpo-sdar": ("ebpo-sdar-gsm8k", "SDAR-4B-Chat",
                   [*SHORT, "train.rollout.block_length=4", "eval.sampler.block_length=4"]),

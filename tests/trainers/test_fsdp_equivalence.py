@@ -28,10 +28,11 @@ torch.set_num_threads(1)
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
 from dare_bench.trainers.distributed import full_state_dict, init_distributed
 from dare_bench.trainers.loop import RLRunOptions, train_rl
-algorithm, model, out = sys.argv[1], sys.argv[2], sys.argv[3]
+algorithm, model, lora, out = sys.argv[1], sys.argv[2], sys.argv[3] == "lora", sys.argv[4]
 info = init_distributed(device="cpu")
 policy = (micro_llada if model == "llada" else micro_sdar)(0, **({{"n_layers": 2}} if model == "llada" else {{}}))
-cfg = rl_settings(steps=2, checkpoint_every=1, beta_kl=0.05, batch_prompts=4, group_size=4)
+cfg = rl_settings(steps=2, checkpoint_every=1, beta_kl=0.05, batch_prompts=4, group_size=4,
+                  **({{"lora": {{"r": 4, "alpha": 8}}, "lr": 5e-2}} if lora else {{}}))
 res = train_rl(policy, CharTokenizer(), ReverseTask(), algorithm, cfg,
                RLRunOptions(checkpoint_dir=out + ".ckpt", seed=3, progress=False, unit_prompts=1))
 state = full_state_dict(res.policy)
@@ -46,15 +47,15 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp_path: Path, nproc: int, algorithm: str, model: str) -> dict:
+def _run(tmp_path: Path, nproc: int, algorithm: str, model: str, lora: str = "full") -> dict:
     script = tmp_path / "runner.py"
     script.write_text(RUNNER.format(here=str(HERE)))
     out = tmp_path / f"{algorithm}-{model}-{nproc}.pt"
     if nproc == 1:
-        cmd = [sys.executable, str(script), algorithm, model, str(out)]
+        cmd = [sys.executable, str(script), algorithm, model, lora, str(out)]
     else:
         cmd = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", str(nproc), "--master_addr",
-               "127.0.0.1", "--master_port", str(_port()), str(script), algorithm, model, str(out)]
+               "127.0.0.1", "--master_port", str(_port()), str(script), algorithm, model, lora, str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -84,3 +85,20 @@ def test_two_ranks_fsdp_equal_one_process(tmp_path, algorithm, model):
     reloaded = load_pretrained(ckpt / "model")
     for name, w in reloaded.state_dict().items():
         torch.testing.assert_close(w, two["state"][name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_lora_under_fsdp_equals_one_process(tmp_path):
+    """LoRA adapters train under FSDP2 (the reference: the sharded policy with adapters disabled) as in one process;
+    the rank-0 checkpoint holds the PEFT adapters."""
+    one, two = _run(tmp_path, 1, "d1", "llada", "lora"), _run(tmp_path, 2, "d1", "llada", "lora")
+    assert two["info"]["fsdp"]
+    adapters = [k for k in one["state"] if "lora_" in k]
+    assert adapters and one["state"].keys() == two["state"].keys()
+    for name, w1 in one["state"].items():
+        torch.testing.assert_close(two["state"][name], w1, rtol=1e-5, atol=1e-5, msg=name)
+    assert any(float(one["state"][k].abs().sum()) > 0 for k in adapters if "lora_B" in k)  # B left its zero start
+    from dare_bench.trainers.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(tmp_path / "d1-llada-2.pt.ckpt")
+    assert (ckpt / "model" / "adapter_model.safetensors").exists()
