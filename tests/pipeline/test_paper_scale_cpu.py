@@ -153,10 +153,14 @@ def _final_weights(home: Path) -> dict[str, torch.Tensor]:
 FP32 = ["model.dtype=float32"]  # exact comparison: no bf16 compute
 
 
-# (reproduction, shrunk source, overrides): d1 on a shrunk Dream (real tokenizer, DARE GSM8K + MATH data); SFT on a
-# shrunk LLaDA (stand-in tokenizer at the real special ids, DARE sudoku data); EBPO on a shrunk SDAR (block diffusion)
+# (reproduction, shrunk source, overrides): d1 on a shrunk Dream (real tokenizer) and on a shrunk LLaDA (stand-in
+# tokenizer at the real special ids), both on DARE's MATH + GSM8K data; SFT on a shrunk LLaDA (DARE sudoku data);
+# EBPO on a shrunk SDAR (block diffusion)
 TORCHRUN_CASES = {
     "d1-dream": ("d1-dream-gsm8k", "Dream-v0-Instruct-7B", SHORT),
+    "d1-llada": ("d1-llada-gsm8k", "LLaDA-8B-Instruct",
+                 [*SHORT, "train.max_prompt_length=4096", "train.rollout.block_length=8",
+                  "eval.sampler.block_length=8"]),
     # the stand-in tokenizer spells text byte by byte (~4x the real token count): prompts get a longer limit
     "sft-llada": ("sft-llada-sudoku", "LLaDA-8B-Instruct",
                   ["train.steps=2", "train.batch_prompts=2", "train.max_prompt_length=4096", "eval.limit=4",

@@ -37,8 +37,12 @@ def test_terms_follow_the_layout():
     assert full["logits"] >= 12 * 4096 * 126464  # 3 fp32 [seq, vocab] copies at the loss's peak
 
 
-def test_paper_plan_reports_the_plan():
+def test_paper_plan_reports_the_plan(monkeypatch):
     from dare_bench.pipeline.plan import paper_plan, resolve
+
+    from testpaths import DARE_DATA
+
+    monkeypatch.setenv("DARE_BENCH_DATA", str(DARE_DATA))  # the plan resolves the recipe's training data
 
     _, cfg = resolve("bgpo-llada-sudoku", "paper")
     mem = paper_plan(cfg, None)["memory_gib"]
