@@ -122,7 +122,9 @@ def _source(source: str | Path) -> tuple[dict[str, Any], Path | None]:
             raise CheckpointError(f"{cfg}: not valid JSON ({exc})") from None
     from dare_bench.models.real_configs import real_config
 
-    return real_config(str(source))[1], None
+    # a shipped name: its config, and its shipped tokenizer metadata (chat template, special tokens) when there is one
+    metadata = Path(__file__).resolve().parent / "checkpoint_metadata" / str(source)
+    return real_config(str(source))[1], (metadata if metadata.is_dir() else None)
 
 
 def shrink_checkpoint(source: str | Path, out: str | Path, *, layers: int = 2, hidden: int = 256,

@@ -92,7 +92,7 @@ def launch_torchrun(*, nproc: int, progress: bool, log: Log, **launcher) -> Repr
         result_file = Path(tmp) / "result.json"
         env = dict(os.environ, **{RESULT_ENV: str(result_file)})
         env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default; ranks share the cores
-        tail: deque[str] = deque(maxlen=40)
+        tail: deque[str] = deque(maxlen=400)  # torchrun's own report follows the ranks' errors
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -108,11 +108,13 @@ def launch_torchrun(*, nproc: int, progress: bool, log: Log, **launcher) -> Repr
 
 
 def _last_error(lines) -> str:
-    """The job's own one-line error (`error: ...`) when it printed one, else its last non-empty line."""
-    for line in reversed(lines):
-        if line.startswith("error:") or "Error:" in line:
-            return line.strip()
-    return next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+    """The job's own one-line error (a rank's `error: ...`) when one printed it, else the last exception line."""
+    lines = [line.strip() for line in lines if line.strip()]
+    for wanted in (lambda x: x.startswith("error:"), lambda x: "Error:" in x):
+        hit = next((line for line in reversed(lines) if wanted(line)), None)
+        if hit is not None:
+            return hit.removeprefix("error:").strip()
+    return lines[-1] if lines else "no output"
 
 
 def write_result(result: ReproduceResult) -> bool:

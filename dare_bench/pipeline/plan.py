@@ -160,6 +160,9 @@ def _check_tokenizer(ckpt_dir: Path, config: dict[str, Any]) -> None:
         tokenizer = load_tokenizer(ckpt_dir)
     except Exception as exc:  # transformers raises many types for missing / corrupt tokenizer files
         raise CheckpointError(f"{ckpt_dir}: no usable tokenizer ({type(exc).__name__}: {exc})") from None
+    if not getattr(tokenizer, "chat_template", None):  # paper prompts are the real chat, rendered by the checkpoint
+        raise CheckpointError(f"{ckpt_dir}: the tokenizer has no chat template, which paper-scale prompts are "
+                              "rendered with (tokenizer_config.json `chat_template` or chat_template.jinja)")
     vocab = config.get("vocab_size")
     if vocab is not None and len(tokenizer) > int(vocab):
         raise CheckpointError(f"{ckpt_dir}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size "

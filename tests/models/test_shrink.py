@@ -115,6 +115,10 @@ def test_standin_tokenizer_keeps_the_real_special_ids(name, mask, eos, stop, tem
 
 
 def test_standin_tokenizer_from_a_shipped_config_name(tmp_path):
+    """A name (no metadata dir) still gets the real special tokens and chat template: the package ships them."""
     shrink_checkpoint("LLaDA-8B-Instruct", tmp_path / "small", layers=1, hidden=128)
     tok = load_tokenizer(tmp_path / "small")
-    assert tok.convert_tokens_to_ids("<|mask|>") == 126336 and tok.eos_token_id == 126081
+    assert tok.convert_tokens_to_ids("<|mdm_mask|>") == 126336 and tok.eos_token_id == 126081
+    text = tok.apply_chat_template([{"role": "user", "content": "2+3?"}], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|startoftext|><|start_header_id|>user<|end_header_id|>")
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text

@@ -86,7 +86,8 @@ def test_paper_without_a_gpu_needs_device_cpu(shrunk_dream, dare_data, tmp_path)
     ("family", "a dream checkpoint, but"),
     ("vocab", "does not belong to this checkpoint"),
     ("checkpoint_at_tiny", "--checkpoint applies to --scale paper"),
-    ("attention", "dare-bench\\[gpu\\]"),  # flash-attn is not installed: the error names the extra
+    ("attention", "dare-bench\\[gpu\\]"),
+    ("no_chat_template", "no chat template"),  # flash-attn is not installed: the error names the extra
 ])
 def test_bad_paper_input_is_refused_without_a_run_row(make_bad, message, shrunk_dream, dare_data, tmp_path):
     import json
@@ -106,6 +107,12 @@ def test_bad_paper_input_is_refused_without_a_run_row(make_bad, message, shrunk_
         config = json.loads((ckpt / "config.json").read_text())
         config["vocab_size"] = 1000
         (ckpt / "config.json").write_text(json.dumps(config))
+    elif make_bad == "no_chat_template":
+        ckpt = tmp_path / "bad"
+        shutil.copytree(shrunk_dream, ckpt)
+        tok_cfg = json.loads((ckpt / "tokenizer_config.json").read_text())
+        del tok_cfg["chat_template"]
+        (ckpt / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
     elif make_bad == "checkpoint_at_tiny":
         scale = "tiny"
     overrides = SHORT if name == "d1-dream-gsm8k" and scale == "paper" else []
