@@ -162,7 +162,9 @@ FP32 = ["model.dtype=float32"]  # exact comparison: no bf16 compute
 
 # (reproduction, shrunk source, overrides): d1 on a shrunk Dream (real tokenizer) and on a shrunk LLaDA (stand-in
 # tokenizer at the real special ids), both on DARE's MATH + GSM8K data; SFT on a shrunk LLaDA (DARE sudoku data);
-# EBPO on a shrunk SDAR (block diffusion)
+# EBPO on a shrunk SDAR (block diffusion). A random shrunk model earns no reward on these real tasks, so its RL
+# updates are zero: the RL cases check the rank-aware pipeline (one writer, sharded evaluation, equal metrics), the
+# SFT case also equal non-trivial updates; equal RL updates on a task with rewards: tests/trainers/test_fsdp_*.py.
 TORCHRUN_CASES = {
     "d1-dream": ("d1-dream-gsm8k", "Dream-v0-Instruct-7B", SHORT),
     "d1-llada": ("d1-llada-gsm8k", "LLaDA-8B-Instruct",
@@ -199,13 +201,24 @@ def test_two_processes_equal_one_on_a_shrunk_paper_run(case, tmp_path):
     w1, w2 = _final_weights(homes[1]), _final_weights(homes[2])
     for key, t in w1.items():
         torch.testing.assert_close(w2[key], t, rtol=1e-5, atol=1e-5, msg=key)
+    if name.startswith("sft-"):
+        from dare_bench.models.io import read_state_dict
+
+        start = read_state_dict(ckpt)
+        assert any(not torch.equal(start[k], w1[k]) for k in w1)  # the comparison is of real updates
     assert _rows(homes[2] / "runs.db", "select count(*) from evaluations") == [(2,)]  # base + final, once
 
 
 @pytest.mark.slow
-def test_killed_two_process_run_resumes_to_the_uninterrupted_result(shrunk_dream, tmp_path):
-    args = ["d1-dream-gsm8k", *SHORT, *FP32, "train.steps=3", "train.checkpoint_every=1", "--scale", "paper",
-            "--device", "cpu", "--checkpoint", str(shrunk_dream), "--nproc", "2"]
+def test_killed_two_process_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """SFT on a shrunk LLaDA, so every step moves the weights (a random model's RL rewards on real tasks are 0)."""
+    from dare_bench.models.shrink import shrink_checkpoint
+
+    name, source, overrides = TORCHRUN_CASES["sft-llada"]
+    ckpt = tmp_path / "ckpt"
+    shrink_checkpoint(CHECKPOINTS / source, ckpt, layers=2, hidden=128, dtype="float32")
+    args = [name, *overrides, *FP32, "train.steps=3", "train.checkpoint_every=1", "--scale", "paper",
+            "--device", "cpu", "--checkpoint", str(ckpt), "--nproc", "2"]
     full_home, cut_home = tmp_path / "full", tmp_path / "cut"
     _finish(_cli([*args, "--db", f"sqlite:///{full_home / 'runs.db'}"], full_home))
     db = f"sqlite:///{cut_home / 'runs.db'}"
