@@ -167,8 +167,9 @@ def load_mixture(task: Task, entries: Sequence[str], limit: int | None = None) -
     return load_sources(task, resolve_sources(task, entries, limit), limit)
 
 
-def _n_tokens(tokenizer: Any, text: str) -> int:
-    # Templated prompts already carry their special tokens, as the loop encodes them (trainers.loop.encode).
+def prompt_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a prompt without added special tokens (templated prompts already carry theirs): how the RL loop
+    encodes prompts (trainers.loop.encode) and what the overlong filter counts."""
     if callable(tokenizer):
         enc = tokenizer(text, add_special_tokens=False)
         ids = enc["input_ids"] if hasattr(enc, "keys") else enc
@@ -177,7 +178,11 @@ def _n_tokens(tokenizer: Any, text: str) -> int:
     ids = list(ids)
     if ids and isinstance(ids[0], list):
         ids = ids[0]
-    return len(ids)
+    return ids
+
+
+def _n_tokens(tokenizer: Any, text: str) -> int:
+    return len(prompt_token_ids(tokenizer, text))
 
 
 def filter_overlong(task: Task, items: Sequence[Item], tokenizer: Any, template: Any,
@@ -191,5 +196,5 @@ def filter_overlong(task: Task, items: Sequence[Item], tokenizer: Any, template:
     return kept, len(items) - len(kept)
 
 
-__all__ = ["DARE_NAME_FORMS", "DataSource", "filter_overlong", "load_mixture", "load_sources", "resolve_entry",
-           "resolve_sources"]
+__all__ = ["DARE_NAME_FORMS", "DataSource", "filter_overlong", "load_mixture", "load_sources", "prompt_token_ids",
+           "resolve_entry", "resolve_sources"]

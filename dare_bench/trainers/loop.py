@@ -224,14 +224,9 @@ def load_train_items(task, data: Sequence[str]) -> list[Any]:
 # --- rollout helpers ---------------------------------------------------------------------------------------------
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of a prompt, without special tokens (templated prompts already carry them)."""
-    if callable(tokenizer):
-        enc = tokenizer(text, add_special_tokens=False)
-        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
-    else:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-    ids = list(ids)
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
+    from dare_bench.tasks.mixtures import prompt_token_ids
+
+    ids = prompt_token_ids(tokenizer, text)
     if not ids:
         raise ConfigError(f"prompt tokenizes to nothing: {text[:60]!r}")
     return [int(i) for i in ids]

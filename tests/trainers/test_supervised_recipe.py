@@ -36,14 +36,6 @@ from dare_bench.trainers.sft import (
 from rl_fakes import EOS, micro_llada
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def examples(n=10):
     g = torch.Generator().manual_seed(1)
     out = []
