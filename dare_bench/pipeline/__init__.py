@@ -13,7 +13,8 @@ without running it. `--nproc N` runs the reproduction under torchrun, one proces
 gloo): the model is FSDP2-sharded, every rank trains and evaluates its share, only rank 0 writes (one run row, its
 metrics, checkpoints, the final model).
 
-    dare-bench reproduce d1-llada-sudoku                      # tiny (the default without a GPU)
+    dare-bench reproduce d1-llada-sudoku                      # tiny (the default without a GPU), its 3 pinned seeds
+    dare-bench reproduce d1-llada-sudoku --seed 1             # one seed
     dare-bench reproduce d1-llada-sudoku --scale micro --json # seconds; what CI runs
     dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
     dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --nproc 8
@@ -134,6 +135,16 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     return result
 
 
+def reproduce_seeds(name: str, scale: str | None = None, *, seeds: list[int] | None = None,
+                    overrides: list[str] | tuple[str, ...] = (), **options) -> list[ReproduceResult]:
+    """Every seed the scale pins (`seeds` in its profile; tiny: 3), or the given `seeds`: one `reproduce` call each,
+    in order (finished seeds are skipped as usual). `summary.seed_table_lines` prints them with mean ± 95% CI."""
+    if seeds is None:
+        _, cfg = resolve(name, scale or default_scale(), overrides)
+        seeds = list(cfg.profile.seeds)
+    return [reproduce(name, scale, seed=s, overrides=overrides, **options) for s in seeds]
+
+
 def _previous_run(store, cfg, seed: int, common: dict, start: float) -> ReproduceResult | None:
     """The skipped-run result when an identical run (same config hash and seed) already finished."""
     done = store.find_runs(config_hash=cfg.content_hash, seed=seed)
@@ -195,6 +206,7 @@ def _timed(stages: dict[str, float], name: str):
 # The entry point and the stages' public names; the stages' helpers are imported from their own modules.
 __all__ = [
     "Base", "Log", "ReproduceResult", "RunContext", "build_base", "default_scale", "evaluate_base", "evaluate_final",
-    "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs", "reproduce", "resolve",
+    "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs", "reproduce", "reproduce_seeds",
+    "resolve",
     "save_final_model", "sft_examples", "summary_lines", "train",
 ]

@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
                                                                    "(the run is then marked modified)."),
         scale: Optional[str] = typer.Option(None, "--scale", help="micro | tiny | paper (default: tiny without a "
                                                                   "GPU, paper with one)."),
-        seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default: the scale's first seed)."),
+        seed: Optional[int] = typer.Option(None, "--seed", help="Run this one seed (default: every seed the scale "
+                                           "pins, e.g. 3 at tiny, then a per-seed table with mean ± 95% CI; --json "
+                                           "then prints {runs, summary})."),
         db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
         resume: bool = typer.Option(False, "--resume", help="Continue from the run's last checkpoint."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved plan; run nothing."),
@@ -43,16 +45,35 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a reproduction end to end: base -> algorithm -> evaluation -> store."""
         overrides = [*(overrides or []), *([f"model.attention={attention}"] if attention else [])]
-        from dare_bench.pipeline import reproduce, summary_lines
+        from dare_bench.pipeline import reproduce, reproduce_seeds, summary_lines
         from dare_bench.pipeline.launch import write_result
+        from dare_bench.pipeline.summary import seed_summary, seed_table_lines
         from dare_bench.trainers.distributed import dist_info
 
         log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
-        result = reproduce(name, scale, seed=seed, db=db, resume=resume, dry_run=dry_run,
-                           overrides=list(overrides or []), force=force, checkpoint=checkpoint, device=device,
-                           nproc=nproc, progress=sys.stderr.isatty() or not as_json, log=log)
+        options = dict(db=db, resume=resume, overrides=list(overrides or []), force=force, checkpoint=checkpoint,
+                       device=device, nproc=nproc, progress=sys.stderr.isatty() or not as_json, log=log)
+        if seed is None and not dry_run:  # every pinned seed of the scale
+            results = reproduce_seeds(name, scale, **options)
+        else:
+            results = [reproduce(name, scale, seed=seed, dry_run=dry_run, **options)]
         if not dist_info().is_main:  # a torchrun job: rank 0 reports for every rank
             return
+        if len(results) > 1:
+            metric = "accuracy"
+            if as_json:
+                typer.echo(json.dumps({"name": name, "scale": results[0].scale, "status": "finished",
+                                       "runs": [r.to_json() for r in results],
+                                       "summary": seed_summary(results, metric)}, default=str))
+                return
+            for r in results:
+                for line in summary_lines(r):
+                    typer.echo(line)
+            typer.echo("")
+            for line in seed_table_lines(results, metric):
+                typer.echo(line)
+            return
+        result = results[0]
         if write_result(result):  # a rank of a `--nproc` job: the parent reports
             return
         if as_json:

@@ -41,6 +41,53 @@ class ReproduceResult:
         return out
 
 
+def student_t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (p > 0.5), by bisection on its CDF (mpmath, which
+    sympy brings; no scipy): 4.303 for p 0.975 and df 2."""
+    import mpmath
+
+    def cdf(x: float) -> float:
+        return 1 - 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, df / (df + x * x), regularized=True))
+
+    lo, hi = 0.0, 1e4
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def seed_summary(results: list[ReproduceResult], metric: str = "accuracy") -> dict[str, Any]:
+    """Mean and 95% confidence half-width (Student t over seeds) of the final and base `metric`, and the gain."""
+    import statistics
+
+    def stats(values: list[float]) -> dict[str, Any]:
+        n = len(values)
+        mean = statistics.fmean(values) if n else float("nan")
+        half = (student_t_quantile(0.975, n - 1) * statistics.stdev(values) / n ** 0.5) if n > 1 else None
+        return {"values": values, "mean": mean, "ci95": half, "n": n}
+
+    finals = [float(r.metrics[metric]) for r in results if metric in r.metrics]
+    bases = [float(r.base_metrics[metric]) for r in results if metric in r.base_metrics]
+    gains = [f - b for f, b in zip(finals, bases)] if len(finals) == len(bases) else []
+    return {"metric": metric, "final": stats(finals), "base": stats(bases), "gain": stats(gains)}
+
+
+def seed_table_lines(results: list[ReproduceResult], metric: str = "accuracy") -> list[str]:
+    """The per-seed table `reproduce` prints after running every pinned seed, with mean ± 95% CI."""
+    lines = [f"{'seed':>6}  {'run':>5}  {'status':<9} {'base':>8}  {'final':>8}  {'gain':>8}"]
+    for r in results:
+        b, f = r.base_metrics.get(metric), r.metrics.get(metric)
+        gain = f"{f - b:+8.3f}" if isinstance(b, float) and isinstance(f, float) else f"{'':>8}"
+        fmt = lambda v: f"{v:8.3f}" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
+        lines.append(f"{r.seed:>6}  {str(r.run_id or '-'):>5}  {r.status:<9} {fmt(b)}  {fmt(f)}  {gain}")
+    summary = seed_summary(results, metric)
+    cell = lambda st: (f"{st['mean']:8.3f} ± {st['ci95']:.3f}" if st["ci95"] is not None  # noqa: E731
+                       else f"{st['mean']:8.3f}")
+    lines.append(f"{'mean':>6}  {'':>5}  {'(95% CI)':<9} {cell(summary['base'])}  {cell(summary['final'])}  "
+                 f"{cell(summary['gain'])}")
+    return lines
+
+
 def summary_lines(result: ReproduceResult, metric: str = "accuracy") -> list[str]:
     """The one-screen summary printed at the end of `dare-bench reproduce`."""
     lines = [f"{result.name} [{result.scale}, seed {result.seed}] -> {result.status}"
@@ -68,4 +115,4 @@ def sparkline(values: list[float]) -> str:
     return "".join(bars[min(7, int((v - lo) / span * 7.999))] for v in values[::step])
 
 
-__all__ = ["ReproduceResult", "sparkline", "summary_lines"]
+__all__ = ["ReproduceResult", "seed_summary", "seed_table_lines", "sparkline", "student_t_quantile", "summary_lines"]
