@@ -67,6 +67,23 @@ def _check_algorithm_backbone(cfg) -> None:
     if attention not in algo.attention_kinds:
         raise ConfigError(f"{cfg.algorithm} is not defined for {cfg.backbone} ({attention} attention backbones); "
                           f"it supports {list(algo.attention_kinds)}")
+    # the plug-in itself, as the loop will build it: its cross-field checks (e.g. coupled-grpo pairs != 1) fail here,
+    # before any store write, not at the first training step
+    from dare_bench.catalogue.settings import algorithm_settings
+
+    algo(algorithm_settings(cfg.profile.train), _run_traits(cfg))
+
+
+def _run_traits(cfg):
+    """The traits (mask id, attention kind, block size ...) of the run's model, from a meta-device build of its
+    real config (paper) or tiny preset (tiny / micro): no weights."""
+    from dare_bench.models import from_config
+    from dare_bench.models.presets import preset_config
+    from dare_bench.models.real_configs import real_config
+
+    model = cfg.profile.model
+    config = real_config(model.checkpoint)[1] if model.preset is None else preset_config(model.preset)
+    return from_config(config).traits
 
 
 def _plugin_name(algorithm: str) -> str:

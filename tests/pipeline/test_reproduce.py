@@ -95,6 +95,10 @@ def test_failed_run_is_marked_failed(db, monkeypatch):
     (["reproduce", "d1-llada-sudoku", "--scale", "paper"], "checkpoint"),
     # DARE's code RL sets are not in the fixtures: planning names the first missing one
     (["reproduce", "d1-llada-humaneval", "--scale", "paper"], "train.data entry 'lcbv5-K8': no file at"),
+    # the plug-in's own cross-field check runs at plan time, in a dry run too
+    (["reproduce", "coupled-grpo-llada-sudoku", "train.algorithm.pairs=2", "--scale", "micro"], "pairs=2"),
+    (["reproduce", "coupled-grpo-llada-sudoku", "train.algorithm.pairs=2", "--scale", "micro", "--dry-run"],
+     "pairs=2"),
 ])
 def test_bad_input_fails_before_any_work(args, message, db, tmp_path):
     import subprocess
