@@ -4,24 +4,29 @@ A procedural code task for tiny replicas, graded like MBPP: the completion is ru
 through ``dare_bench.sandbox`` (via the MBPP graders, imported, not copied), so code rewards at tiny scale take the
 same sandboxed path as DARE's code RL. No official recipe exists (no ``paper`` scale data; no reproduction YAMLs).
 
-Problems: a function ``f(x)`` (name drawn from f / g / h) composed of ``difficulty`` operations (1..3) over an int,
-a list of ints or a string, e.g. ``x*3+1``, ``sum(x[1:])``, ``len(x[::-1]*2)``, ``x.count('a')+2``. The spec is the
-docstring: two input/output examples. Hidden tests: four asserts on other inputs. Gold: ``def f(x):return <expr>``.
+Problems: a function ``f`` (name drawn from f / g / h) of one argument — ``x`` an int, ``a`` a list of ints or ``s``
+a string — composed of ``difficulty`` operations (1..3), e.g. ``x*3+1``, ``sum(a[1:])``, ``len(a[::-1]*2)``,
+``s.count('a')+2``. The spec is the docstring: two input/output examples with different outputs. Hidden tests: four
+asserts on other inputs. Gold: ``def f(x):return <expr>``.
 
 Splits never share a problem: a function's *behaviour* (its outputs on fixed probe inputs) is hashed into 4
 buckets; bucket 0 is ``test``, the rest ``train``, whatever the seed — so two spellings of one function (``x+2-1``,
-``x+1``) land in the same split. Within a split a function may repeat (with other examples / name): at difficulty 1
-there are ~90 functions, ~1/4 of them in ``test``.
+``x+1``) land in the same split, and so does one code text (the argument's name differs by input type). Within a
+split a function may repeat (with other examples / name): at difficulty 1 there are 84 non-trivial functions, 21 of
+them in ``test``.
 
 Graders: ``dare`` (DARE's MBPP harness: code extraction, its import preamble, asserts appended, 1 s per assert) and
 ``strict`` (the named function must be defined; asserts only). Reward = pass/fail as in DARE's code reward: 1.0 iff
 every hidden assert passes, else 0.0 (no partial credit; ``score`` = ``reward``). d1 has no code grader.
 
-Tiny format (lengths at difficulty 1 / 3, over the generator's items; checked in tests/tasks/test_pyfunc.py)::
+Tiny format (lengths checked in tests/tasks/test_pyfunc.py)::
 
     task = get_task("pyfunc"); ds = task.generate(4, seed=0)            # difficulty=1 (default), 2 or 3
-    task.format_prompt(ds[0])      # "f(3)==10; f(7)==22\\n"   (prompt <= 40 / <= 64 characters)
-    task.format_answer(ds[0])      # "def f(x):return x*3+1"   (answer <= 40 / <= 80 characters)
+    task.format_prompt(ds[0])      # "g('cabd')==1; g('cdbcb')==2\\n"   (<= 80 / 120 / 160 characters)
+    task.format_answer(ds[0])      # "def g(s):return s.count('c')"   (<= 32 / 48 / 64 characters)
+
+(limits at difficulty 1 / 2 / 3; answers are one line, no trailing newline; the chat prompt for real checkpoints
+asks for the function "that satisfies this docstring" and shows the docstring in triple quotes.)
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ N_HIDDEN = 4
 TEST_BUCKETS = 4  # 1 of every TEST_BUCKETS behaviours is a test problem
 LETTERS = "abcde"
 
-PROMPT = ("Write a Python function {name}(x) that satisfies this docstring:\n\"\"\"{doc}\"\"\"\n"
+PROMPT = ("Write a Python function {name}({arg}) that satisfies this docstring:\n\"\"\"{doc}\"\"\"\n"
           "Reply with the code only.")
 
 
@@ -111,6 +116,9 @@ def _ops() -> list[Op]:
 
 OPS = _ops()
 FAMILIES = ("int", "list", "str")
+#: the argument's name per input type: it keeps one code text from meaning different functions in different families
+#: (``x*2`` on ints, ``a*2`` on lists, ``s*2`` on strings), so problems that share a code text share a behaviour
+VARS = {"int": "x", "list": "a", "str": "s"}
 
 # fixed probe inputs: a function's outputs on them are its identity for the train / test split
 _PROBES: dict[str, list[Any]] = {
@@ -168,7 +176,7 @@ class Function:
 
 
 def compose(family: str, ops: list[Op]) -> Function:
-    expr, prec, typ = "x", 3, family
+    expr, prec, typ = VARS[family], 3, family
     for op in ops:
         if op.src != typ:
             raise ValueError(f"{op.template} takes {op.src}, got {typ}")
@@ -195,7 +203,8 @@ def check_difficulty(difficulty: Any) -> int:
 
 
 def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int = 1) -> list[dict[str, Any]]:
-    """``n`` problems of ``split``: dicts with name, docstring, examples, tests (assert strings), solution, expr."""
+    """``n`` problems of ``split``: dicts with name, docstring, tests (assert strings), solution, expr, family,
+    difficulty and ops (indices into ``OPS``: ``compose(family, [OPS[i] for i in ops])`` rebuilds the function)."""
     check_difficulty(difficulty)
     if split not in ("train", "test"):
         raise ConfigError(f"unknown split {split!r}; use train or test")
@@ -215,9 +224,10 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
         name = rng.choice(NAMES)
         calls = [(f"{name}({literal(x)})", literal(fn(x))) for x in inputs]
         doc = "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES])
-        out.append({"name": name, "docstring": doc, "tests": [f"assert {c}=={r}" for c, r in calls[N_EXAMPLES:]],
-                    "solution": f"def {name}(x):return {fn.expr}", "expr": fn.expr, "family": fn.family,
-                    "difficulty": difficulty})
+        out.append({"name": name, "arg": VARS[fn.family], "docstring": doc,
+                    "tests": [f"assert {c}=={r}" for c, r in calls[N_EXAMPLES:]],
+                    "solution": f"def {name}({VARS[fn.family]}):return {fn.expr}", "expr": fn.expr, "family": fn.family,
+                    "difficulty": difficulty, "ops": [OPS.index(op) for op in fn.ops]})
     return out
 
 
@@ -246,10 +256,10 @@ class PyFuncTask(Task):
         name, doc = str(problem["name"]), str(problem["docstring"])
         extra: dict[str, Any] = {"index": index, "split": split, "task": "code", "data_source": "pyfunc",
                                  "name": name, "docstring": doc}
-        for key in ("solution", "expr", "family", "difficulty"):
+        for key in ("arg", "solution", "expr", "family", "difficulty"):
             if key in problem:
                 extra[key] = problem[key]
-        messages = [{"role": "user", "content": PROMPT.format(name=name, doc=doc)}]
+        messages = [{"role": "user", "content": PROMPT.format(name=name, arg=problem.get("arg", "x"), doc=doc)}]
         return Item(index, messages, json.dumps([str(t) for t in problem["tests"]]), extra)
 
     def row_to_item(self, row: dict[str, Any], index: int, split: str) -> Item:
