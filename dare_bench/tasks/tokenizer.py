@@ -34,6 +34,7 @@ TASK_CHARS: dict[str, str] = {
     "math500": _TEXT_CHARS + _TEXT_EXTRA,
     "humaneval": _TEXT_CHARS + _TEXT_EXTRA,
     "mbpp": _TEXT_CHARS + _TEXT_EXTRA,
+    "pyfunc": string.ascii_lowercase + _DIGITS + " \n()[]:,;=+-*/%'.",  # docstring examples + one-line def
 }
 
 
