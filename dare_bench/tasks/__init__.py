@@ -1,6 +1,7 @@
 """Tasks: data, prompts, answer extraction, training rewards and evaluation verdicts, one file per task.
 
-Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``humaneval``, ``mbpp``.
+Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``humaneval``, ``mbpp``, and
+the procedural CPU-scale ``pyfunc`` (a small Python function from a docstring, graded through the sandbox).
 
 API (used by the trainer, the evaluator and the CLI — keep it small and stable)::
 
@@ -11,7 +12,7 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
         #         a .parquet/.jsonl/.json/.csv path, "hf:<id>[:<config>]@<revision>", or "generator[:<seed>]"
     ds.source, ds.fingerprint                     # what was resolved; sha256 of the file bytes / of the items' JSON
     item = ds[0]                                  # Item(index, prompt_messages, ground_truth, extra)
-    task.generate(n, seed, split)                 # sudoku / countdown only
+    task.generate(n, seed, split)                 # the procedural tasks only (sudoku, countdown, pyfunc)
     task.format_prompt(item, "plain")             # short prompt for tiny models (task tokenizer covers it)
     task.format_prompt(item, tokenizer)           # the checkpoint's chat template over DARE's messages
     task.format_prompt(item, tokenizer, style="d1")   # d1's evaluation prompt (+ "<reasoning>"), for d1 presets
