@@ -51,6 +51,7 @@ _REGISTRY: dict[str, str] = {
     "math500": "dare_bench.tasks.math500:Math500Task",
     "humaneval": "dare_bench.tasks.humaneval:HumanEvalTask",
     "mbpp": "dare_bench.tasks.mbpp:MBPPTask",
+    "arith": "dare_bench.tasks.arith:ArithTask",
 }
 _CACHE: dict[str, Task] = {}
 

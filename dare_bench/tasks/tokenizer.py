@@ -34,6 +34,7 @@ TASK_CHARS: dict[str, str] = {
     "math500": _TEXT_CHARS + _TEXT_EXTRA,
     "humaneval": _TEXT_CHARS + _TEXT_EXTRA,
     "mbpp": _TEXT_CHARS + _TEXT_EXTRA,
+    "arith": "arith \n" + _DIGITS + "+-*/=#" + "\\boxed{}",  # steps, GSM8K's box and "#### n"
 }
 
 
