@@ -1,7 +1,8 @@
 """Tasks: data, prompts, answer extraction, training rewards and evaluation verdicts, one file per task.
 
 Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``humaneval``, ``mbpp``, and
-the procedural CPU-scale ``pyfunc`` (a small Python function from a docstring, graded through the sandbox).
+the procedural CPU-scale ``arith`` (GSM8K-style multi-step arithmetic, graded by gsm8k's graders) and ``pyfunc`` (a
+small Python function from a docstring, graded through the sandbox).
 
 API (used by the trainer, the evaluator and the CLI — keep it small and stable)::
 
@@ -12,7 +13,7 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
         #         a .parquet/.jsonl/.json/.csv path, "hf:<id>[:<config>]@<revision>", or "generator[:<seed>]"
     ds.source, ds.fingerprint                     # what was resolved; sha256 of the file bytes / of the items' JSON
     item = ds[0]                                  # Item(index, prompt_messages, ground_truth, extra)
-    task.generate(n, seed, split)                 # the procedural tasks only (sudoku, countdown, pyfunc)
+    task.generate(n, seed, split)                 # the procedural tasks only (sudoku, countdown, arith, pyfunc)
     task.format_prompt(item, "plain")             # short prompt for tiny models (task tokenizer covers it)
     task.format_prompt(item, tokenizer)           # the checkpoint's chat template over DARE's messages
     task.format_prompt(item, tokenizer, style="d1")   # d1's evaluation prompt (+ "<reasoning>"), for d1 presets
@@ -53,6 +54,7 @@ _REGISTRY: dict[str, str] = {
     "humaneval": "dare_bench.tasks.humaneval:HumanEvalTask",
     "mbpp": "dare_bench.tasks.mbpp:MBPPTask",
     "pyfunc": "dare_bench.tasks.pyfunc:PyFuncTask",
+    "arith": "dare_bench.tasks.arith:ArithTask",
 }
 _CACHE: dict[str, Task] = {}
 

@@ -35,6 +35,7 @@ TASK_CHARS: dict[str, str] = {
     "humaneval": _TEXT_CHARS + _TEXT_EXTRA,
     "mbpp": _TEXT_CHARS + _TEXT_EXTRA,
     "pyfunc": string.ascii_lowercase + _DIGITS + " \n()[]:,;=+-*/%'.",  # docstring examples + one-line def
+    "arith": "arith \n" + _DIGITS + "+-*/=#" + "\\boxed{}",  # steps, GSM8K's box and "#### n"
 }
 
 
