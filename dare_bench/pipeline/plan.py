@@ -39,7 +39,7 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
 
 
 # The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen).
-TASK_PAIRS = "task-pairs-from-base"
+from dare_bench.registry.runnable import TASK_PAIRS  # noqa: E402  (declared once, with the registry's check)
 
 
 def _check_preference_data(cfg) -> None:

@@ -76,34 +76,46 @@ def register(app: typer.Typer) -> None:
         show_catalogue: bool = typer.Option(False, "--catalogue", help="List the algorithms, backbones and tasks "
                                             "the benchmark knows instead of the reproductions."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+        runnable: bool = typer.Option(False, "--runnable", help="Also say, per scale, whether it runs on this "
+                                      "machine and if not why (no plug-in, GPU-only, missing data, not built); "
+                                      "resolves every entry's data, so it takes a while."),
         reproductions: Optional[str] = REPRO_OPTION,
     ) -> None:
-        """List reproductions (algorithm x backbone x task) with their reported scores, or the catalogue."""
+        """List reproductions (algorithm x backbone x task) with their scales and reported scores, or the catalogue."""
         if show_catalogue:
             _print_catalogue(as_json)
             return
         from dare_bench.registry import load_registry
 
         specs = load_registry(reproductions).select(backbone=backbone, algorithm=algorithm, task=task)
+        here = {s.name: _runnable(s) for s in _progress(specs, runnable and not as_json)} if runnable else {}
         if as_json:
             typer.echo(json.dumps([
                 {"name": s.name, "algorithm": s.algorithm, "backbone": s.backbone, "task": s.task,
-                 "reported": _reported(s)} for s in specs
+                 "scales": list(s.scales), "reported": _reported(s),
+                 **({"runnable": here[s.name]} if runnable else {})} for s in specs
             ], indent=1))
             return
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"{len(specs)} reproductions", show_lines=False)
-        for col in ("name", "algorithm", "backbone", "task", "reported (table: value)"):
+        columns = ["name", "algorithm", "backbone", "task", "scales"]
+        columns += ["runs here", "why not"] if runnable else []
+        for col in [*columns, "reported (table: value)"]:
             table.add_column(col, overflow="fold")
         for s in specs:
             rep = "; ".join(
                 f"{r.table}: {r.value:g}" + (f" (gen {r.settings['gen_length']})" if "gen_length" in r.settings else "")
                 for r in s.reported
             ) or "-"
-            table.add_row(s.name, s.algorithm, s.backbone, s.task, rep)
-        Console(width=200).print(table)
+            row = [s.name, s.algorithm, s.backbone, s.task, " ".join(s.scales)]
+            if runnable:
+                verdicts = here[s.name]
+                row.append(" ".join(k for k, v in verdicts.items() if v is None) or "-")
+                row.append("; ".join(f"{k}: {v['kind']}" for k, v in verdicts.items() if v is not None) or "")
+            table.add_row(*row, rep)
+        Console(width=220).print(table)
 
     @app.command("show")
     def show_cmd(
@@ -171,3 +183,22 @@ def _data_missing(spec, scale: str) -> str:
     except DataError as exc:
         return str(exc)
     return ""
+
+
+def _runnable(spec) -> dict[str, dict[str, str] | None]:
+    """Per scale: None when it runs here, else {kind, reason} (registry.runnable)."""
+    from dare_bench.registry.runnable import why_not_runnable
+
+    out = {}
+    for scale in spec.scales:
+        verdict = why_not_runnable(spec, scale)
+        out[scale] = None if verdict is None else {"kind": verdict[0], "reason": verdict[1]}
+    return out
+
+
+def _progress(items, show: bool):
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc="checking", unit="entry", leave=False)
