@@ -20,6 +20,10 @@ from typing import Any
 
 from dare_bench.errors import CheckpointError, ConfigError, DareBenchError
 
+# The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen);
+# declared once, beside the registry's runnability check
+from dare_bench.registry.runnable import TASK_PAIRS
+
 
 def default_scale() -> str:
     import torch
@@ -38,8 +42,6 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     return spec, spec.resolve(scale, list(overrides), with_data=True)
 
 
-# The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen).
-from dare_bench.registry.runnable import TASK_PAIRS  # noqa: E402  (declared once, with the registry's check)
 
 
 def _check_preference_data(cfg) -> None:
