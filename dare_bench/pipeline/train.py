@@ -162,7 +162,7 @@ def _checkpointing(ctx: RunContext) -> dict:
 
 def _log_resumed_steps(ctx: RunContext, out) -> None:
     """Steps sunk before the interruption belong to this run's curve too (the resumed call sinks only its own)."""
-    if out.resumed_from:
+    if out.resumed_from and ctx.store is not None:  # rank 0 writes; the other ranks of a torchrun job hold no store
         for step, metrics in out.logged:
             if step < out.resumed_from:
                 ctx.store.log_metrics(ctx.run_id, step, metrics)

@@ -19,8 +19,9 @@ def test_list_json_shape_and_filters():
     registry = load_registry()
     assert {r["name"] for r in rows} >= {"bgpo-llada-sudoku", "baseline-llada-sudoku", "vrpo-llada-sudoku"}
     for r in rows:
-        assert set(r) == {"name", "algorithm", "backbone", "task", "reported"}
+        assert set(r) == {"name", "algorithm", "backbone", "task", "scales", "reported"}
         assert r["backbone"] == "llada" and r["task"] == "sudoku"
+        assert r["scales"] == list(registry.get(r["name"]).scales)
         # the reported scores the registry holds, no more, no less (the DARE cells are checked by the coverage test)
         assert [x["value"] for x in r["reported"]] == [x.value for x in registry.get(r["name"]).reported], r["name"]
         for rep in r["reported"]:
