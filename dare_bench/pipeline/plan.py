@@ -141,11 +141,12 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
         from dare_bench.models.io import read_config
 
         config_source = str(ckpt_dir / "config.json")
-        family = detect_family(read_config(ckpt_dir)[0], config_source).name
+        ckpt_config = read_config(ckpt_dir)[0]
+        family = detect_family(ckpt_config, config_source).name
         if family != cfg.backbone:
             raise CheckpointError(f"{config_source}: a {family} checkpoint, but {cfg.reproduction} needs a "
                                   f"{cfg.backbone} backbone ({ckpt_id})")
-        _check_tokenizer(ckpt_dir, read_config(ckpt_dir)[0])
+        _check_tokenizer(ckpt_dir, ckpt_config)
         model = from_config(ckpt_dir)
     else:
         config_source, config = real_config(ckpt_id)

@@ -52,12 +52,7 @@ def train_rl_stage(ctx: RunContext, base: Base, sink):
     cfg, store, run_id, seed, resume = ctx.cfg, ctx.store, ctx.run_id, ctx.seed, ctx.resume
     model, tokenizer, task, train_data, template = base.model, base.tokenizer, base.task, base.train_data, base.template
     train = cfg.profile.train
-    run_dir = ctx.run_dir
-    if not resume and ctx.is_main:  # a fresh run must never resume later from a previous run's checkpoints
-        import shutil
-
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    options = loop.RLRunOptions(seed=seed, sink=sink, progress=ctx.progress, checkpoint_dir=run_dir / "checkpoints",
+    options = loop.RLRunOptions(seed=seed, sink=sink, progress=ctx.progress, checkpoint_dir=_checkpoint_dir(ctx),
                                 resume=resume, items=list(train_data), prompt_template=template,
                                 grader=cfg.grader, compute_dtype=_compute_dtype(cfg),
                                 unit_prompts=_unit_prompts(cfg),
@@ -110,7 +105,7 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
     """VRPO at tiny scale: preference pairs from the base's own rollouts (chosen = the gold answer, rejected = the
     base's lowest-reward sample when it is worse than gold); LoRA adapters when `train.lora` (the reference is then
     the policy with adapters disabled, else a frozen copy of the base)."""
-    from dare_bench.trainers.distributed import gather_objects, init_distributed
+    from dare_bench.trainers.distributed import broadcast_object, dist_info
     from dare_bench.trainers.lora import apply_lora
     from dare_bench.trainers.preference import PreferenceConfig, PreferenceRunOptions, train_preference
 
@@ -125,7 +120,7 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
                              list(base.train_data)[: max(8, (train.batch_prompts or 8) * 4)],
                              sampler, cfg.grader, seed, base.template)
     # Under torchrun every rank must train on the same pairs: rank 0's (sampling kernels need not agree bit for bit).
-    pairs = gather_objects(pairs, init_distributed())[0]
+    pairs = broadcast_object(pairs, dist_info())
     if not pairs:
         raise DareBenchError("VRPO: the base model solved every training prompt; no preference pair to learn from")
     if train.lora is not None:
@@ -148,15 +143,20 @@ def _recipe(train) -> dict:
             "grad_clip": train.max_grad_norm, "order": "epochs" if train.steps is None else "with_replacement"}
 
 
-def _checkpointing(ctx: RunContext) -> dict:
-    """Checkpoint keywords of the run options: `run_dir/checkpoints` every `train.checkpoint_every` steps; a fresh
-    run clears it first, so it never resumes later from a previous run's checkpoints (as the RL stage)."""
+def _checkpoint_dir(ctx: RunContext) -> Path:
+    """`run_dir/checkpoints`, which every trainer writes; a fresh run clears it first (rank 0), so it never resumes
+    later from a previous run's checkpoints."""
     ckpt = ctx.run_dir / "checkpoints"
-    if not ctx.resume:
+    if not ctx.resume and ctx.is_main:
         import shutil
 
         shutil.rmtree(ckpt, ignore_errors=True)
-    return {"checkpoint_dir": ckpt, "checkpoint_every": ctx.cfg.profile.train.checkpoint_every,
+    return ckpt
+
+
+def _checkpointing(ctx: RunContext) -> dict:
+    """Checkpoint keywords of the SFT / VRPO run options: every `train.checkpoint_every` steps, `--resume`."""
+    return {"checkpoint_dir": _checkpoint_dir(ctx), "checkpoint_every": ctx.cfg.profile.train.checkpoint_every,
             "resume": ctx.resume}
 
 

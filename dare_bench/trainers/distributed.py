@@ -151,6 +151,14 @@ def full_optimizer_state_dict(model, optimizer) -> dict[str, Any]:
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def gathered_training_state(model, optimizer) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(full model state, full optimizer state) of a sharded model for a rank-0 checkpoint (collectives: every rank
+    calls it); (None, None) when the model is not sharded (its own state dicts are already whole)."""
+    if not is_sharded(model):
+        return None, None
+    return full_state_dict(model), full_optimizer_state_dict(model, optimizer)
+
+
 def load_full_state(model, optimizer, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None):
     """Every rank loads the full state dicts written by `full_*_state_dict` into its shards."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
@@ -237,4 +245,5 @@ def barrier(info: DistInfo) -> None:
 
 __all__ = ["DistInfo", "all_reduce_grads", "all_reduce_metrics", "barrier", "broadcast_object", "decoder_layers",
            "dist_info", "full_optimizer_state_dict", "full_state_dict", "gather_objects", "gathered_for_inference",
+           "gathered_training_state",
            "init_distributed", "is_sharded", "load_full_state", "rank_device", "shard_model", "shard_rows"]

@@ -63,10 +63,9 @@ from dare_bench.trainers.distributed import (
     all_reduce_grads,
     all_reduce_metrics,
     barrier,
-    full_optimizer_state_dict,
-    full_state_dict,
     gather_objects,
     gathered_for_inference,
+    gathered_training_state,
     init_distributed,
     is_sharded,
     shard_model,
@@ -713,9 +712,7 @@ class RLRecipe:
             return None
         rng_all = gather_objects(capture_rng(self.generators), self.dist)
         # a sharded model's full weights and optimizer state: gathered by every rank (collectives), kept by rank 0
-        sharded = is_sharded(self.policy)
-        model_state = full_state_dict(self.policy) if sharded else None
-        optimizer_state = full_optimizer_state_dict(self.policy, self.optimizer) if sharded else None
+        model_state, optimizer_state = gathered_training_state(self.policy, self.optimizer)
         path = None
         if self.dist.is_main:
             trainer_state = {"algorithm": self.algo.name, "optimizer_steps": self.opt_step,

@@ -53,11 +53,9 @@ from dare_bench.trainers.distributed import (
     all_reduce_grads,
     all_reduce_metrics,
     barrier,
-    full_optimizer_state_dict,
-    full_state_dict,
     gather_objects,
+    gathered_training_state,
     init_distributed,
-    is_sharded,
     shard_model,
     shard_rows,
 )
@@ -347,9 +345,7 @@ class SupervisedRun:
         """Every rank's RNG to rank 0, which writes weights, optimizer, scheduler, data position and losses."""
         rng_all = gather_objects(capture_rng(self.generators), self.dist)
         # a sharded model's full weights and optimizer state: gathered by every rank (collectives), kept by rank 0
-        sharded = is_sharded(self.model)
-        model_state = full_state_dict(self.model) if sharded else None
-        optimizer_state = full_optimizer_state_dict(self.model, self.optimizer) if sharded else None
+        model_state, optimizer_state = gathered_training_state(self.model, self.optimizer)
         if self.dist.is_main:
             state = dict(self._identity(), losses=self.losses, logged=[[s, m] for s, m in self.logged],
                          data=self.stream.state() if self.stream is not None else None)
