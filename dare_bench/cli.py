@@ -1,7 +1,7 @@
 """`dare-bench` command line.
 
 What it does: one entry point for the registry (list, show), the store (runs, export, ingest), evaluation (eval,
-score), the main job (reproduce), CI checks (check), the leaderboard and benchmarks (bench ...).
+score), the real data (data get | list | verify), the main job (reproduce), CI checks (check), the leaderboard and benchmarks (bench ...).
 
     dare-bench --help
     dare-bench reproduce bgpo-llada-sudoku          # tiny scale on CPU
@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "dare_bench.store.commands",
     "dare_bench.evaluators.commands",
     "dare_bench.models.commands",
+    "dare_bench.tasks.commands",
     "dare_bench.pipeline.commands",
     "dare_bench.check",
     "dare_bench.leaderboard.commands",

@@ -11,8 +11,9 @@ An entry of `train.data` is one of
 - `hf:<id>[:<config>]@<revision>` (a `datasets` id, revision required) or `generator[:<seed>]`.
 
 Entries concatenate in the listed order (DARE trains one model on GSM8K + MATH: `data: [gsm8k, math]`). Resolving
-touches no row: a missing file is one DataError naming the entry, the path tried and `$DARE_BENCH_DATA`, raised when
-the pipeline plans the run (`pipeline.plan.resolve`), before anything is written. Each resolved source carries the
+touches no row: a missing file is one DataError naming the entry, the path tried, `$DARE_BENCH_DATA` and the
+`dare-bench data get ...` that fetches it (for DARE's code RL sets lcbv5-K8 / primeintellect-K8 / taco-K8: all three
+files and where DARE gets them; `tasks/data_manifest.yaml` pins them), raised when the pipeline plans the run (`pipeline.plan.resolve`), before anything is written. Each resolved source carries the
 fingerprint that goes into the run's config hash: the sha256 of the file; for `hf:` sources the pinned id and
 revision (a Hub commit pins the content); for generators the generator call (task, seed, size, split; deterministic
 code) — the content fingerprint of the loaded items is recorded with the run's evaluations as before.
@@ -74,6 +75,14 @@ def _dare_owner(filename: str, default: Task) -> Task:
     return default
 
 
+def _get_hint(name: str) -> str:
+    """The `dare-bench data get ...` that fetches a missing DARE file (for the code RL sets: all three files, and
+    where DARE gets them), from the pinned data manifest; "" for a name it does not pin."""
+    from dare_bench.tasks.data import missing_hint
+
+    return missing_hint(name)
+
+
 def _file_source(entry: str, path: Path, task: Task, kind: str) -> DataSource:
     if not path.is_file():
         raise DataError(f"train.data entry {entry!r}: no file at {path} (${DATA_ENV}="
@@ -107,7 +116,8 @@ def resolve_entry(task: Task, entry: str, limit: int | None = None) -> DataSourc
                             "name a file, a DARE data name or hf:<id>@<revision>")
         root = os.environ.get(DATA_ENV)
         tried = Path(root).expanduser() / "rl" / "train" / fname if root else f"${DATA_ENV}/rl/train/{fname}"
-        raise DataError(f"train.data entry {entry!r}: no file at {tried} (${DATA_ENV}={root or '<unset>'})")
+        raise DataError(f"train.data entry {entry!r}: no file at {tried} (${DATA_ENV}={root or '<unset>'})"
+                        f"{_get_hint(fname)}")
     if entry.startswith("hf:"):
         dataset_id, config, revision = parse_hf_source(entry)
         return DataSource(entry, "hf", entry, _sha(f"hf:{dataset_id}:{config or ''}@{revision}"), task)
@@ -125,13 +135,14 @@ def resolve_entry(task: Task, entry: str, limit: int | None = None) -> DataSourc
     forms = [f.format(name=entry) for f in DARE_NAME_FORMS]
     if not root:
         raise DataError(f"train.data entry {entry!r}: a DARE data name, but ${DATA_ENV} is unset (it would be "
-                        f"${DATA_ENV}/rl/train/{forms[0]}); set it to a directory laid out like DARE's data")
+                        f"${DATA_ENV}/rl/train/{forms[0]}); set it to a directory laid out like DARE's data"
+                        f"{_get_hint(entry)}")
     base = Path(root).expanduser() / "rl" / "train"
     for form in forms:
         if (base / form).is_file():
             return _file_source(entry, base / form, _dare_owner(form, task), "dare")
     raise DataError(f"train.data entry {entry!r}: no file at {base / forms[0]} (nor {forms[1]}; "
-                    f"${DATA_ENV}={root})")
+                    f"${DATA_ENV}={root}){_get_hint(entry)}")
 
 
 def resolve_sources(task: Task, entries: Sequence[str], limit: int | None = None) -> list[DataSource]:
