@@ -1,7 +1,8 @@
 """`dare-bench` command line.
 
 What it does: one entry point for the registry (list, show), the store (runs, export, ingest), evaluation (eval,
-score), the real data (data get | list | verify), the main job (reproduce), CI checks (check), the leaderboard and benchmarks (bench ...).
+score), the real data (data get | list | verify), the main job (reproduce), CI checks (check), the leaderboard and
+benchmarks (bench ...).
 
     dare-bench --help
     dare-bench reproduce bgpo-llada-sudoku          # tiny scale on CPU

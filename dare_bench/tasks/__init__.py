@@ -4,6 +4,9 @@ Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math
 the procedural CPU-scale ``arith`` (GSM8K-style multi-step arithmetic, graded by gsm8k's graders) and ``pyfunc`` (a
 small Python function from a docstring, graded through the sandbox).
 
+Real data: ``dare-bench data get <task>... [--from PATH | --hf] [--out DIR]`` writes DARE's verl parquet files (pinned
+in ``data_manifest.yaml``) to ``$DARE_BENCH_DATA/rl/<split>/``; ``dare-bench data list | verify`` (``tasks/data.py``).
+
 API (used by the trainer, the evaluator and the CLI — keep it small and stable)::
 
     from dare_bench.tasks import get_task, list_tasks

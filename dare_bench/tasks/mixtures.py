@@ -13,10 +13,11 @@ An entry of `train.data` is one of
 Entries concatenate in the listed order (DARE trains one model on GSM8K + MATH: `data: [gsm8k, math]`). Resolving
 touches no row: a missing file is one DataError naming the entry, the path tried, `$DARE_BENCH_DATA` and the
 `dare-bench data get ...` that fetches it (for DARE's code RL sets lcbv5-K8 / primeintellect-K8 / taco-K8: all three
-files and where DARE gets them; `tasks/data_manifest.yaml` pins them), raised when the pipeline plans the run (`pipeline.plan.resolve`), before anything is written. Each resolved source carries the
-fingerprint that goes into the run's config hash: the sha256 of the file; for `hf:` sources the pinned id and
-revision (a Hub commit pins the content); for generators the generator call (task, seed, size, split; deterministic
-code) — the content fingerprint of the loaded items is recorded with the run's evaluations as before.
+files and where DARE gets them; `tasks/data_manifest.yaml` pins them), raised when the pipeline plans the run
+(`pipeline.plan.resolve`), before anything is written. Each resolved source carries the fingerprint that goes into
+the run's config hash: the sha256 of the file; for `hf:` sources the pinned id and revision (a Hub commit pins the
+content); for generators the generator call (task, seed, size, split; deterministic code) — the content
+fingerprint of the loaded items is recorded with the run's evaluations as before.
 
     from dare_bench.tasks import get_task
     from dare_bench.tasks.mixtures import resolve_sources, load_mixture, filter_overlong

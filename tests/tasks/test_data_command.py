@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from dare_bench.errors import DataError
 from dare_bench.tasks import data, get_task
 from dare_bench.tasks.base import read_rows, sha256_file
+
 from testpaths import DARE_DATA
 
 HUMANEVAL_PREFIX = "Complete the following python code:\n"
@@ -153,7 +154,8 @@ def test_copy_from_a_local_dare_folder_is_sha_checked_and_recorded(layout, tmp_p
         target = out / f.path
         assert sha256_file(target) == f.sha256 and e["checked_by"] == "sha256"
         prov = json.loads((out / (f.path + ".source.json")).read_text())
-        assert prov["source"]["kind"] == "dare-local" and prov["source"]["commit"] == data.load_manifest().dare["commit"]
+        assert prov["source"]["kind"] == "dare-local"
+        assert prov["source"]["commit"] == data.load_manifest().dare["commit"]
         assert prov["source"]["dare_path"] == f"data/preprocessed/rl/{f.split}/{f.filename}"
         assert prov["sha256"] == f.sha256 and prov["rows"] == f.rows and prov["written_at"]
     assert not [p for p in all_files(out) if p.name.endswith(".tmp")]
