@@ -41,6 +41,8 @@ from dare_bench import catalogue
 from dare_bench.catalogue.settings import KlEstimator, LossAgg
 from dare_bench.errors import ConfigError, DataError
 
+# Every scale a reproduction must have, among those its task offers (`Task.scales`: a real benchmark offers paper
+# only, a procedural CPU task tiny / micro only); `official` is optional.
 REQUIRED_SCALES = ("paper", "tiny", "micro")
 SCALES = ("paper", "official", "tiny", "micro")
 
@@ -297,7 +299,13 @@ class ReproductionSpec(Strict):
         expected = f"{self.algorithm}-{self.backbone}-{self.task}"
         if self.name != expected:
             raise ValueError(f"name: {self.name!r} must be <algorithm>-<backbone>-<task> = {expected!r}")
-        missing = [s for s in REQUIRED_SCALES if s not in self.scales]
+        from dare_bench.tasks import get_task
+
+        task = get_task(self.task)
+        missing = [s for s in REQUIRED_SCALES if task.offers_scale(s) and s not in self.scales]
+        extra = [s for s in self.scales if not task.offers_scale(s)]
+        if extra:
+            raise ValueError(f"scales.{extra[0]}: {task.scale_refusal(extra[0], self.algorithm, self.backbone)}")
         if missing:
             raise ValueError(f"scales: missing scale(s) {', '.join(missing)}")
         spec = catalogue.algorithm(self.algorithm)
@@ -333,6 +341,11 @@ class ReproductionSpec(Strict):
         fingerprints (`RunConfig.data`, part of the hash; a missing file is a DataError). The pipeline and
         `dare-bench check` resolve with data, so a run's hash says which data it trained on; the registry alone
         (listing, showing, validating) needs no data on disk."""
+        from dare_bench.tasks import get_task
+
+        task = get_task(self.task)
+        if scale in SCALES and not task.offers_scale(scale):
+            raise ConfigError(task.scale_refusal(scale, self.algorithm, self.backbone))
         if scale not in self.scales:
             hint = _suggest(scale, self.scales)
             raise ConfigError(f"{self.name} has no scale {scale!r}{hint} (scales: {', '.join(self.scales)})")
@@ -396,14 +409,18 @@ class DataRecord(Strict):
     fingerprint: str
 
 
-def train_items_needed(profile: ScaleProfile) -> int | None:
-    """Tiny / micro runs draw at most this many training items (a micro base needs ~1k, not a 20k-item set)."""
-    if profile.base is None:
+# A micro run draws this many training items at most (its base reads 40 x 32, not a 20k-item set); tiny runs read the
+# whole training split. Not derived from `base.start_step`: a base's items (and so its SFT batches) must not depend
+# on how long it trains, or a calibration scan's step-k model would differ from the base `start_step: k` builds.
+MICRO_TRAIN_ITEMS = 1280  # the micro base: 40 steps x 32
+
+
+def train_items_needed(profile: ScaleProfile, scale: str) -> int | None:
+    """How many training items a run draws: None (all of them) except at micro scale (a smoke run needs few)."""
+    if scale != "micro":
         return None
     train = profile.train
-    needed = max(profile.base.start_step * profile.base.batch_size,
-                 (train.steps or 1) * (train.batch_prompts or 1), 256)
-    return needed if needed < 20000 else None
+    return max(MICRO_TRAIN_ITEMS, (train.steps or 1) * (train.batch_prompts or 1))
 
 
 class RunConfig(Strict):
@@ -430,7 +447,8 @@ class RunConfig(Strict):
 
         if self.profile.train.kind == "none" and self.profile.base is None:
             return []  # a paper-scale baseline evaluates the checkpoint: no training data at all
-        sources = resolve_sources(get_task(self.task), self.profile.train.data, train_items_needed(self.profile))
+        sources = resolve_sources(get_task(self.task), self.profile.train.data,
+                                  train_items_needed(self.profile, self.scale))
         return [DataRecord(**s.record()) for s in sources]
 
     @property

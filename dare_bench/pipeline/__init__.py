@@ -74,7 +74,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     spec, cfg = resolve(name, chosen_scale, overrides)
     run_seed = cfg.profile.seeds[0] if seed is None else int(seed)
     common = dict(name=spec.name, scale=chosen_scale, seed=run_seed, config_hash=cfg.content_hash,
-                  modified=cfg.modified)
+                  modified=cfg.modified, metric=cfg.profile.eval.metric)
     paper = chosen_scale in ("paper", "official")
     check_checkpoint_option(chosen_scale, checkpoint)
     run_device = device or ("cuda" if paper else "cpu")

@@ -43,7 +43,7 @@ def load_base(ctx: RunContext) -> Base:
         from dare_bench.tasks.tokenizer import build_task_tokenizer
 
         tokenizer = build_task_tokenizer(cfg.task)
-        train_data = _drop_overlong(ctx, task, train_data, tokenizer, "plain")
+        train_data = drop_overlong(cfg, ctx.log, task, train_data, tokenizer, "plain")
         model, base_dir, _ = build_base(cfg, task, tokenizer, list(train_data),
                                         data_fingerprint=str(train_data.fingerprint), log=ctx.log,
                                         progress=ctx.progress)
@@ -57,18 +57,18 @@ def load_base(ctx: RunContext) -> Base:
         model = load_pretrained(ctx.paper_dir, dtype=cfg.profile.model.dtype, device=ctx.device,
                                 attention=cfg.profile.model.attention)
         tokenizer = load_tokenizer(ctx.paper_dir)
-        train_data = _drop_overlong(ctx, task, train_data, tokenizer, tokenizer)
+        train_data = drop_overlong(cfg, ctx.log, task, train_data, tokenizer, tokenizer)
         base_dir = dare_bench_home() / "bases" / f"paper-{cfg.backbone}-{cfg.task}-{cfg.content_hash[:16]}"
         base_dir.mkdir(parents=True, exist_ok=True)
         template = tokenizer
     return Base(model, tokenizer, task, train_data, base_dir, template)
 
 
-def _drop_overlong(ctx: RunContext, task, train_data, tokenizer, template):
+def drop_overlong(cfg, log: Log, task, train_data, tokenizer, template):
     """verl's filter_overlong_prompts on `train.max_prompt_length` (tasks.mixtures.filter_overlong), logged."""
     from dare_bench.tasks.mixtures import filter_overlong
 
-    max_len = ctx.cfg.profile.train.max_prompt_length
+    max_len = cfg.profile.train.max_prompt_length
     if max_len is None or not train_data:
         return train_data
     kept, dropped = filter_overlong(task, train_data.items, tokenizer, template, max_len)
@@ -78,7 +78,7 @@ def _drop_overlong(ctx: RunContext, task, train_data, tokenizer, template):
         raise DataError(f"every one of the {len(train_data)} training prompts is longer than train.max_prompt_length "
                         f"{max_len} tokens with this tokenizer; raise it (train.max_prompt_length=N)")
     if dropped:
-        ctx.log(f"data: dropped {dropped} of {len(train_data)} training prompts longer than {max_len} tokens "
+        log(f"data: dropped {dropped} of {len(train_data)} training prompts longer than {max_len} tokens "
                 "(train.max_prompt_length)")
         from dare_bench.tasks.base import sha256_items
 
@@ -97,14 +97,34 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     return _hash([vocab, specials])
 
 
-def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log: Log, progress: bool):
-    """The shared SFT base of (backbone preset, task, scale recipe): trained once, then loaded from the cache."""
+def base_sft_setup(cfg, task, tokenizer, train_items):
+    """(fresh model, SFT examples, SFT recipe) of the tiny base: the preset initialised from `base.seed`, the gold
+    answers EOS-padded to the run's answer length, `base.start_step` steps. The base cache and the calibration scan
+    (`pipeline.calibrate`) both start here, so a scan's step-k model is the base a `start_step: k` recipe builds."""
     import torch
 
-    from dare_bench.models import load_pretrained
     from dare_bench.models.io import build_model
     from dare_bench.models.presets import preset_for_tokenizer
-    from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
+    from dare_bench.trainers.sft import SFTConfig
+
+    base = cfg.profile.base
+    config = preset_for_tokenizer(cfg.profile.model.preset, tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(base.seed)
+        model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
+        model.init_weights()
+    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader, pad_to=_answer_length(cfg))
+    # The post-training start is an (under-trained) SFT checkpoint: train exactly to `start_step`.
+    sft_cfg = SFTConfig(steps=base.start_step, lr=base.lr, batch_size=base.batch_size,
+                        warmup_steps=base.warmup_steps, weight_decay=base.weight_decay,
+                        grad_clip=base.max_grad_norm or 1e9, seed=base.seed)
+    return model, examples, sft_cfg
+
+
+def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log: Log, progress: bool):
+    """The shared SFT base of (backbone preset, task, scale recipe): trained once, then loaded from the cache."""
+    from dare_bench.models import load_pretrained
+    from dare_bench.trainers.sft import SFTRunOptions, train_sft
 
     base = cfg.profile.base
     key = {
@@ -118,16 +138,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     if (directory / "base.json").exists() and (model_dir / "config.json").exists():
         log(f"base: cached SFT base {directory}")
         return load_pretrained(model_dir), directory, True
-    config = preset_for_tokenizer(cfg.profile.model.preset, tokenizer)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(base.seed)
-        model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
-        model.init_weights()
-    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader, pad_to=_answer_length(cfg))
-    # The post-training start is an (under-trained) SFT checkpoint: train exactly to `start_step`.
-    sft_cfg = SFTConfig(steps=base.start_step, lr=base.lr, batch_size=base.batch_size,
-                        warmup_steps=base.warmup_steps, weight_decay=base.weight_decay,
-                        grad_clip=base.max_grad_norm or 1e9, seed=base.seed)
+    model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, train_items)
     log(f"base: SFT of {cfg.profile.model.preset} on {len(examples)} {cfg.task} examples for {sft_cfg.steps} steps")
     result = train_sft(model, examples, sft_cfg, SFTRunOptions(progress=progress))
     with atomic_directory(directory) as tmp:
@@ -137,4 +148,4 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     return model, directory, False
 
 
-__all__ = ["BASE_RECIPE_VERSION", "build_base", "load_base"]
+__all__ = ["BASE_RECIPE_VERSION", "base_sft_setup", "build_base", "drop_overlong", "load_base"]

@@ -5,6 +5,7 @@
     dare-bench reproduce bgpo-llada-sudoku --scale paper --checkpoint /ckpt/LLaDA-8B-Instruct --dry-run
     dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint SHRUNK --device cpu --nproc 2 train.steps=2
     dare-bench reproduce --help
+    dare-bench calibrate sft-llada-arith --at 100,150,200    # scan a tiny base's SFT steps (pipeline/calibrate.py)
 """
 
 from __future__ import annotations
@@ -60,14 +61,14 @@ def register(app: typer.Typer) -> None:
         if not dist_info().is_main:  # a torchrun job: rank 0 reports for every rank
             return
         if len(results) > 1:
-            metric = "accuracy"
+            metric = results[0].metric
             if as_json:
                 typer.echo(json.dumps({"name": name, "scale": results[0].scale, "status": "finished",
                                        "runs": [r.to_json() for r in results],
                                        "summary": seed_summary(results, metric)}, default=str))
                 return
             for r in results:
-                for line in summary_lines(r):
+                for line in summary_lines(r, r.metric):
                     typer.echo(line)
             typer.echo("")
             for line in seed_table_lines(results, metric):
@@ -81,5 +82,29 @@ def register(app: typer.Typer) -> None:
         elif result.status == "dry-run":
             typer.echo(json.dumps(result.plan, indent=2, default=str))
         else:
-            for line in summary_lines(result):
+            for line in summary_lines(result, result.metric):
+                typer.echo(line)
+
+    @app.command("calibrate")
+    def calibrate_cmd(
+        name: str = typer.Argument(..., help="A tiny-scale reproduction whose base to scan, e.g. sft-llada-arith."),
+        overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides of the recipe, e.g. "
+                                                                   "base.lr=2e-3."),
+        scale: str = typer.Option("tiny", "--scale", help="tiny | micro."),
+        at: str = typer.Option("50,100,150,200,250,300,350,400", "--at", help="SFT steps to evaluate at."),
+        window: str = typer.Option("0.1,0.3", "--window", help="Target range of the primary metric: the "
+                                   "suggested start_step is the first scanned step inside it."),
+        as_json: bool = typer.Option(False, "--json", help="Print the scan as a JSON object."),
+    ) -> None:
+        """Scan a tiny base: SFT once, evaluate at several steps, suggest `base.start_step` (writes nothing)."""
+        from dare_bench.pipeline.calibrate import calibrate, parse_steps, parse_window
+
+        steps, target = parse_steps(at), parse_window(window)
+        log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+        scan = calibrate(name, scale, at=steps, overrides=list(overrides or []), window=target, log=log,
+                         progress=sys.stderr.isatty())
+        if as_json:
+            typer.echo(json.dumps(scan.to_dict()))
+        else:
+            for line in scan.lines():
                 typer.echo(line)

@@ -110,10 +110,10 @@ def _answer_length(cfg) -> int:
 
 
 def _train_items_needed(cfg) -> int | None:
-    """Tiny / micro runs draw at most this many training items (config.train_items_needed)."""
+    """Micro runs draw at most this many training items (config.train_items_needed)."""
     from dare_bench.config import train_items_needed
 
-    return train_items_needed(cfg.profile)
+    return train_items_needed(cfg.profile, cfg.scale)
 
 
 def check_checkpoint_option(scale: str, checkpoint: str | None) -> None:

@@ -28,11 +28,12 @@ class ReproduceResult:
     message: str = ""
     plan: dict[str, Any] = field(default_factory=dict)
     final_model: str | None = None  # directory of the trained model (HF checkpoint, or PEFT adapters for LoRA)
+    metric: str = "accuracy"  # the reproduction's primary metric (eval.metric): what the summaries show
 
     def to_json(self) -> dict[str, Any]:
         keys = ("run_id", "name", "scale", "status", "base_metrics", "metrics", "wall_seconds", "db")
         out = {k: getattr(self, k) for k in keys}
-        out.update(seed=self.seed, config_hash=self.config_hash, modified=self.modified,
+        out.update(seed=self.seed, config_hash=self.config_hash, modified=self.modified, metric=self.metric,
                    stage_seconds=self.stage_seconds, reward_curve=self.reward_curve, final_model=self.final_model)
         if self.message:
             out["message"] = self.message

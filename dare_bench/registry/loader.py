@@ -192,6 +192,26 @@ def _untrained(doc: Document, own: Document) -> Document:
     return Document({**doc.data, "scales": out}, doc.where)
 
 
+def _offered_scales(doc: Document, own: Document, task_name: str) -> Document:
+    """Drop the scales the defaults layers give but the task does not offer (`Task.scales`: gsm8k has no tiny
+    scale, arith no paper scale). A reproduction file that names such a scale itself is refused, at its line."""
+    from dare_bench.tasks import get_task, list_tasks
+
+    scales = doc.data.get("scales")
+    if task_name not in list_tasks() or not isinstance(scales, dict):
+        return doc  # an unknown task: the schema reports it with the valid names
+    task = get_task(task_name)
+    own_scales = own.data.get("scales") if isinstance(own.data.get("scales"), dict) else {}
+    for name in own_scales:
+        if name in ("paper", "official", "tiny", "micro") and not task.offers_scale(name):
+            where = own.where.get(("scales", name), "")
+            refusal = task.scale_refusal(name, own.data.get("algorithm", "<algorithm>"),
+                                         own.data.get("backbone", "<backbone>"))
+            raise ConfigError(f"{where}: scales.{name}: {refusal}")
+    kept = {name: prof for name, prof in scales.items() if task.offers_scale(name)}
+    return Document({**doc.data, "scales": kept}, doc.where)
+
+
 def layer_paths(directory: Path, algorithm: str, backbone: str, task: str) -> list[Path]:
     d = directory / "_defaults"
     spec = catalogue.algorithms().get(algorithm)
@@ -231,6 +251,7 @@ def load_file(path: str | Path, directory: str | Path | None = None) -> Reproduc
     official = any(_names_official(d) for d in [*layers, own])
     own = _expand_pseudo_scales(own, official)
     merged = _untrained(_merge_docs([*(_expand_pseudo_scales(d, official) for d in layers), own]), own)
+    merged = _offered_scales(merged, own, ident["task"])
     try:
         return ReproductionSpec.model_validate(merged.data)
     except ValidationError as exc:

@@ -16,7 +16,7 @@ against the real plan for every entry in tests/registry/test_runnable.py.
 from __future__ import annotations
 
 from dare_bench import catalogue
-from dare_bench.errors import DataError
+from dare_bench.errors import ConfigError, DataError
 
 # VRPO's only preference data source the pipeline builds (pipeline.plan.TASK_PAIRS names the same string)
 TASK_PAIRS = "task-pairs-from-base"
@@ -24,7 +24,12 @@ TASK_PAIRS = "task-pairs-from-base"
 
 def why_not_runnable(spec, scale: str, *, gpu: bool | None = None) -> tuple[str, str] | None:
     """None when `spec` at `scale` can run here; else (kind, reason) with kind in no plug-in | GPU-only |
-    missing data | not built. `gpu`: whether a CUDA device is present (default: ask torch)."""
+    missing data | not built | no such scale. `gpu`: whether a CUDA device is present (default: ask torch)."""
+    if scale not in spec.scales:
+        try:
+            spec.resolve(scale)  # the task's refusal, naming the stand-in (gsm8k -> arith)
+        except ConfigError as exc:
+            return "no such scale", str(exc)
     algo = catalogue.algorithm(spec.algorithm)
     if algo.kind == "rl" and algo.plugin is None:
         return "no plug-in", f"{spec.algorithm} has no RL plug-in yet (dare_bench/trainers/algorithms/)"

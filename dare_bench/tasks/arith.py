@@ -181,6 +181,8 @@ def solution_lines(start: int, ops: list[tuple[str, int]]) -> tuple[list[str], i
 
 class ArithTask(GSM8KTask):
     name = "arith"
+    scales = ("tiny", "micro")
+    cpu_stand_in = None
     dare_files: dict[str, str] = {}
     hf_hint = ""
     has_generator = True

@@ -183,6 +183,13 @@ class Task:
     #: ``datasets`` id for the task's original data (documentation + error messages; loading needs a revision)
     hf_hint: str = ""
     has_generator: bool = False
+    #: The scales a reproduction on this task can have. A real benchmark a tiny replica cannot learn (GSM8K,
+    #: HumanEval, ...) offers `paper` only and names its CPU-scale stand-in; dare-bench's procedural CPU tasks offer
+    #: `tiny` / `micro` only (no published recipe or real checkpoint trains on them). The registry drops the other
+    #: scales its defaults layers would give, and asking for one raises `scale_refusal`'s message.
+    scales: tuple[str, ...] = ("paper", "tiny", "micro")
+    #: (stand-in task, what kind of RL it stands in for, why this task has no tiny scale); None: no stand-in
+    cpu_stand_in: tuple[str, str, str] | None = None
 
     def __init__(self) -> None:
         self._graders: dict[str, GraderFn] = self.build_graders()
@@ -207,6 +214,20 @@ class Task:
         raise DataError(f"task {self.name!r} has no procedural generator; give a data source")
 
     # ------------------------------------------------------------------ public API
+    def offers_scale(self, scale: str) -> bool:
+        """Whether a reproduction on this task can have `scale` (`official` goes with `paper`)."""
+        return (scale if scale != "official" else "paper") in self.scales
+
+    def scale_refusal(self, scale: str, algorithm: str, backbone: str) -> str:
+        """The one-line reason there is no `scale` for this task, naming what to run instead."""
+        if self.cpu_stand_in is not None:
+            stand_in, kind, why = self.cpu_stand_in
+            return (f"{self.name} has no {scale} scale ({why}); for CPU-scale {kind} RL use `{stand_in}`: "
+                    f"dare-bench reproduce {algorithm}-{backbone}-{stand_in}")
+        offered = ", ".join(self.scales)
+        return (f"{self.name} has no {scale} scale ({self.name} is dare-bench's procedural CPU-scale task: no "
+                f"published recipe or real checkpoint trains on it); its scales: {offered}")
+
     @property
     def graders(self) -> list[str]:
         return sorted(self._graders)

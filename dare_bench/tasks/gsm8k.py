@@ -27,6 +27,8 @@ D1_EVAL_PROMPT = (
 
 class GSM8KTask(Task):
     name = "gsm8k"
+    scales = ("paper",)
+    cpu_stand_in = ("arith", "math", "a tiny replica cannot learn GSM8K")
     d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "gsm8k_1.parquet", "train": "gsm8k_1.parquet"}
     hf_hint = "openai/gsm8k:main"

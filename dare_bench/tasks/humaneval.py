@@ -24,6 +24,8 @@ def _grade_dare(text: str, item: Item):
 
 class HumanEvalTask(Task):
     name = "humaneval"
+    scales = ("paper",)
+    cpu_stand_in = ("pyfunc", "code", "a tiny replica cannot learn HumanEval")
     parallel_grading = True
     dare_files = {"test": "humaneval_1.parquet"}
     hf_hint = "openai/openai_humaneval"

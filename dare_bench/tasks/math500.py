@@ -25,6 +25,8 @@ D1_EVAL_PROMPT = (
 
 class Math500Task(Task):
     name = "math500"
+    scales = ("paper",)
+    cpu_stand_in = ("arith", "math", "a tiny replica cannot learn MATH")
     d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "math500_1.parquet", "train": "math_1.parquet"}
     hf_hint = "HuggingFaceH4/MATH-500"

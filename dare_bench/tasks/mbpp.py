@@ -55,6 +55,8 @@ def _grade_dare(text: str, item: Item):
 
 class MBPPTask(Task):
     name = "mbpp"
+    scales = ("paper",)
+    cpu_stand_in = ("pyfunc", "code", "a tiny replica cannot learn MBPP")
     parallel_grading = True
     dare_files = {"test": "mbpp_1.parquet"}
     hf_hint = "mbpp"

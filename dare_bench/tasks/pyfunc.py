@@ -240,6 +240,7 @@ def _grade_dare(text: str, item: Item):
 
 class PyFuncTask(Task):
     name = "pyfunc"
+    scales = ("tiny", "micro")
     parallel_grading = True
     has_generator = True
     hf_hint = "<none: procedural (dare-bench)>"

@@ -214,7 +214,9 @@ class TrainRunOptions:
     "float32": all fp32; "bfloat16": fp32 master weights, forwards under bf16 autocast), `dist` (default: joined from
     the torchrun environment). Checkpoints: every `checkpoint_every` steps and at the end into `checkpoint_dir`
     (rank 0 writes); with `resume`, continue from the latest complete checkpoint there if one exists; `stop_after`:
-    stop (without a final checkpoint) after this many steps of this call, as an interruption would (tests)."""
+    stop (without a final checkpoint) after this many steps of this call, as an interruption would (tests).
+    `after_step(step)`: called after each optimizer step with the number of steps done (the base calibration scan
+    evaluates there; it must leave the model's weights and the run's random streams as it found them)."""
 
     sink: Callable[[int, dict], Any] | None = None
     progress: bool = False
@@ -224,6 +226,7 @@ class TrainRunOptions:
     checkpoint_every: int | None = None
     resume: bool = False
     stop_after: int | None = None
+    after_step: Callable[[int], Any] | None = None
 
     def __post_init__(self):
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -367,6 +370,8 @@ class SupervisedRun:
                 self.record(self.optimizer_step(items))
                 if bar is not None:
                     bar.update(1)
+                if self.opts.after_step is not None:
+                    self.opts.after_step(self.step)
                 if every is not None and self.step % every == 0 and self.step < self.total:
                     self.checkpoint()
         if self.ckpt_root is not None and self.done_here > 0:

@@ -101,6 +101,8 @@ QUOTED = [
 
 def expected(spec) -> dict | None:
     """The DARE recipe values of `spec`'s paper scale, or None when the notes give none for it."""
+    if "paper" not in spec.scales:  # arith / pyfunc: CPU-scale tasks, no recipe to check
+        return None
     dare_row = any(r.table == "dare-algorithm-comparison" for r in spec.reported)
     algo, backbone, task = spec.algorithm, spec.backbone, spec.task
     if algo == "ebpo":

@@ -97,7 +97,7 @@ def test_block_diffusion_recipes_without_scores(reg):
         for alg in ("bgpo", "ebpo", "cj-grpo"):
             specs = reg.select(backbone=bb, algorithm=alg)
             assert specs and all(not s.reported for s in specs)
-            for s in specs:
+            for s in (s for s in specs if "paper" in s.scales):  # arith / pyfunc entries are CPU-scale only
                 sampler = s.scales["paper"].eval.sampler
                 assert sampler.block_length in (4, 32) and sampler.gen_length == 2048
 
@@ -123,5 +123,7 @@ def test_every_file_is_documented_and_resolves(reg):
                 assert prof.model.preset == f"tiny-{spec.backbone}"
                 if prof.train.kind in ("rl", "preference"):
                     assert prof.train.lr <= 2e-5  # feasibility: larger lr hurt RL
-        micro = spec.scales["micro"]
+        micro = spec.scales.get("micro")
+        if micro is None:  # a real benchmark's entry: paper only (test_honest_scales.py)
+            continue
         assert micro.eval.limit <= 16 and (micro.train.steps or 0) <= 3 and micro.base.start_step <= 50

@@ -46,7 +46,7 @@ def test_every_entry_at_every_scale_plans_or_says_why():
 def test_paper_without_a_gpu_is_gpu_only():
     spec = load_registry().get("d1-llada-gsm8k")
     assert why_not_runnable(spec, "paper", gpu=False)[0] == "GPU-only"
-    assert why_not_runnable(spec, "micro", gpu=False) is None
+    assert why_not_runnable(load_registry().get("d1-llada-arith"), "micro", gpu=False) is None
 
 
 def test_list_runnable_json_reports_every_scale():

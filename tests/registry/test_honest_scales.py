@@ -1,0 +1,126 @@
+"""Honest scales: a task offers the scales it can be reproduced at (`Task.scales`), and the tiny grid is complete.
+
+gsm8k / math500 / humaneval / mbpp entries are paper-only (a tiny replica cannot learn them) and name their CPU-scale
+stand-in; arith / pyfunc entries are tiny / micro only. Every algorithm with a plug-in has a tiny entry on every
+backbone it supports for every CPU-scale task, plus baseline, sft and lora per backbone x task.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dare_bench import catalogue
+from dare_bench.cli import app
+from dare_bench.errors import ConfigError
+from dare_bench.registry import load_registry
+from dare_bench.registry.loader import load_file
+from dare_bench.tasks import get_task
+
+CPU_TASKS = ("sudoku", "countdown", "arith", "pyfunc")
+PAPER_ONLY = {"gsm8k": "arith", "math500": "arith", "humaneval": "pyfunc", "mbpp": "pyfunc"}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+def test_real_benchmarks_are_paper_only_and_name_an_existing_stand_in(registry):
+    seen = 0
+    for spec in registry:
+        if spec.task not in PAPER_ONLY:
+            continue
+        seen += 1
+        assert set(spec.scales) <= {"paper", "official"}, spec.name
+        for scale in ("tiny", "micro"):
+            with pytest.raises(ConfigError) as err:
+                spec.resolve(scale)
+            msg = str(err.value)
+            stand_in = f"{spec.algorithm}-{spec.backbone}-{PAPER_ONLY[spec.task]}"
+            assert f"{spec.task} has no {scale} scale" in msg and f"dare-bench reproduce {stand_in}" in msg
+            assert stand_in in registry.names(), f"{spec.name} names {stand_in}, which does not exist"
+    assert seen >= 90
+
+
+def test_procedural_tasks_are_tiny_and_micro_only(registry):
+    for task in ("arith", "pyfunc"):
+        specs = [s for s in registry if s.task == task]
+        assert specs
+        for spec in specs:
+            assert set(spec.scales) == {"tiny", "micro"}, spec.name
+            with pytest.raises(ConfigError, match=f"{task} has no paper scale"):
+                spec.resolve("paper")
+
+
+def test_the_exact_message_of_the_issue(registry):
+    with pytest.raises(ConfigError) as err:
+        registry.get("d1-llada-gsm8k").resolve("tiny")
+    assert str(err.value) == ("gsm8k has no tiny scale (a tiny replica cannot learn GSM8K); for CPU-scale math RL "
+                              "use `arith`: dare-bench reproduce d1-llada-arith")
+
+
+def test_a_file_that_names_a_scale_its_task_lacks_is_refused(tmp_path):
+    import shutil
+
+    from dare_bench.registry.loader import default_directory
+
+    shutil.copytree(default_directory() / "_defaults", tmp_path / "_defaults")
+    path = tmp_path / "sft-llada-gsm8k.yaml"
+    path.write_text("name: sft-llada-gsm8k\nalgorithm: sft\nbackbone: llada\ntask: gsm8k\npaper_ref: x\n"
+                    "scales:\n  tiny:\n    eval: {limit: 10}\n")
+    with pytest.raises(ConfigError, match="gsm8k has no tiny scale"):
+        load_file(path)
+
+
+def test_reproduce_at_a_missing_scale_is_one_line_and_writes_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "runs.db"
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "reproduce", "d1-llada-humaneval", "--scale",
+                          "micro", "--db", str(db)], capture_output=True, text=True,
+                         env={**os.environ, "DARE_BENCH_HOME": str(tmp_path / "home")})
+    assert res.returncode != 0
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "dare-bench reproduce d1-llada-pyfunc" in lines[0], res.stderr
+    assert not db.exists() and not (tmp_path / "home").exists()
+
+
+def _plugin_algorithms_for(backbone: str) -> list[str]:
+    from dare_bench.trainers.algorithms.base import get_algorithm
+
+    attention = catalogue.backbone(backbone).attention
+    return [name for name, spec in catalogue.algorithms().items()
+            if spec.plugin is not None and attention in get_algorithm(name).attention_kinds]
+
+
+def test_the_tiny_grid_is_complete(registry):
+    missing = []
+    for backbone in catalogue.backbone_names():
+        for task in CPU_TASKS:
+            for algorithm in ["baseline", "sft", "lora", *_plugin_algorithms_for(backbone)]:
+                name = f"{algorithm}-{backbone}-{task}"
+                if name not in registry.names():
+                    missing.append(name)
+                elif "tiny" not in registry.get(name).scales:
+                    missing.append(f"{name} (no tiny scale)")
+    assert not missing, missing
+
+
+def test_list_json_reports_the_scales(registry):
+    out = CliRunner().invoke(app, ["list", "--task", "arith", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert rows and all(r["scales"] == ["tiny", "micro"] for r in rows)
+
+
+def test_task_scales_are_declared_consistently():
+    for name in ("gsm8k", "math500", "humaneval", "mbpp"):
+        task = get_task(name)
+        assert task.scales == ("paper",) and task.cpu_stand_in is not None
+        assert get_task(task.cpu_stand_in[0]).scales == ("tiny", "micro")
+    assert get_task("sudoku").scales == ("paper", "tiny", "micro")
