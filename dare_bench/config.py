@@ -243,6 +243,9 @@ class ScaleProfile(Strict):
     train: TrainSettings
     eval: EvalSettings
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    task_options: dict[str, Any] = Field(
+        default_factory=dict, description="the task generator's difficulty knobs (arith: steps, max_operand; "
+        "pyfunc: difficulty), for training and evaluation alike; validated by the task (Task.with_options)")
 
 
 # ---------------------------------------------------------------------------------------- reported scores
@@ -325,6 +328,10 @@ class ReproductionSpec(Strict):
             problem = knob_problem(self.algorithm, prof.train)
             if problem:
                 raise ValueError(f"scales.{scale}.{problem}")
+            try:
+                task.with_options(prof.task_options)
+            except ConfigError as exc:
+                raise ValueError(f"scales.{scale}.task_options: {exc}") from None
         seen: set[tuple] = set()
         for i, r in enumerate(self.reported):
             key = (r.table, r.metric, json.dumps(r.settings, sort_keys=True))
@@ -442,12 +449,11 @@ class RunConfig(Strict):
 
     def resolve_data(self) -> list[DataRecord]:
         """`train.data` of this config resolved to sources and fingerprints; DataError when a source is missing."""
-        from dare_bench.tasks import get_task
         from dare_bench.tasks.mixtures import resolve_sources
 
         if self.profile.train.kind == "none" and self.profile.base is None:
             return []  # a paper-scale baseline evaluates the checkpoint: no training data at all
-        sources = resolve_sources(get_task(self.task), self.profile.train.data,
+        sources = resolve_sources(self.run_task(), self.profile.train.data,
                                   train_items_needed(self.profile, self.scale))
         return [DataRecord(**s.record()) for s in sources]
 
@@ -464,7 +470,15 @@ class RunConfig(Strict):
         d = _strip(self.model_dump(mode="json"), NON_SEMANTIC)
         # where a data file lies is not what it holds: the same files under another directory hash the same
         d["data"] = [{k: v for k, v in rec.items() if k != "source"} for rec in d["data"]]
+        if not d["profile"].get("task_options"):  # the default (none set) hashes as before the field existed
+            d["profile"].pop("task_options", None)
         return d
+
+    def run_task(self):
+        """The task this run trains and evaluates on, with the scale's `task_options` applied."""
+        from dare_bench.tasks import get_task
+
+        return get_task(self.task).with_options(self.profile.task_options)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")
@@ -500,6 +514,9 @@ class RunConfig(Strict):
         problem = knob_problem(self.algorithm, profile.train)
         if problem:
             raise ConfigError(f"overrides {list(overrides)} give an invalid config: {problem}")
+        from dare_bench.tasks import get_task
+
+        get_task(self.task).with_options(profile.task_options)  # a knob out of range: one ConfigError
         return self.model_copy(update={
             "profile": profile,
             "overrides": [*self.overrides, *overrides],

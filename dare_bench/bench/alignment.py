@@ -98,7 +98,6 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
     from dare_bench.pipeline.base_cache import build_base
     from dare_bench.pipeline.examples import sft_examples
     from dare_bench.pipeline.plan import _answer_length, _plugin_name, _train_items_needed, resolve
-    from dare_bench.tasks import get_task
     from dare_bench.tasks.tokenizer import build_task_tokenizer
     from dare_bench.trainers.algorithms.base import get_algorithm
     from dare_bench.trainers.loop import _train_settings, algorithm_settings, rollout_settings
@@ -110,10 +109,11 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
     for name, cfg in zip(names, cfgs):
         if cfg.profile.train.kind != "rl":
             raise ConfigError(f"{name} is not an RL reproduction (train.kind = {cfg.profile.train.kind!r})")
-        if (cfg.backbone, cfg.task, cfg.profile.base) != (first.backbone, first.task, first.profile.base):
+        if ((cfg.backbone, cfg.task, cfg.profile.base, cfg.profile.task_options)
+                != (first.backbone, first.task, first.profile.base, first.profile.task_options)):
             raise ConfigError(f"{name} does not share {names[0]}'s SFT base (backbone, task and base recipe must "
                               "match): compare algorithms on one base at a time")
-    task = get_task(first.task)
+    task = first.run_task()
     train_data = task.load(split="train", limit=_train_items_needed(first))  # as the pipeline: same cached base
     items = list(train_data)
     tokenizer = build_task_tokenizer(first.task)

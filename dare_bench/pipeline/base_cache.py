@@ -30,11 +30,10 @@ BASE_RECIPE_VERSION = 1
 
 def load_base(ctx: RunContext) -> Base:
     """tiny / micro: the cached SFT base (built on first use). paper: the real checkpoint (chat template prompts)."""
-    from dare_bench.tasks import get_task
     from dare_bench.tasks.mixtures import load_mixture
 
     cfg = ctx.cfg
-    task = get_task(cfg.task)
+    task = cfg.run_task()
     # `train.data` in order (the base SFT of tiny / micro and the post-training read the same items); a paper
     # baseline trains on nothing
     needs_data = cfg.profile.train.kind != "none" or cfg.profile.base is not None

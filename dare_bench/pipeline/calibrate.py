@@ -37,6 +37,7 @@ class Scan:
     window: tuple[float, float]
     recipe: dict[str, Any]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    model: Any = field(default=None, repr=False)  # the base after the last scanned step (not serialised)
 
     @property
     def suggested_step(self) -> int | None:
@@ -92,7 +93,6 @@ def calibrate(name: str, scale: str = "tiny", *, at: list[int] | tuple[int, ...]
     from dare_bench.pipeline.base_cache import base_sft_setup, drop_overlong
     from dare_bench.pipeline.evaluation import evaluate_model
     from dare_bench.pipeline.plan import _train_items_needed, resolve
-    from dare_bench.tasks import get_task
     from dare_bench.tasks.mixtures import load_mixture
     from dare_bench.tasks.tokenizer import build_task_tokenizer
     from dare_bench.trainers.sft import SFTRunOptions, train_sft
@@ -103,7 +103,7 @@ def calibrate(name: str, scale: str = "tiny", *, at: list[int] | tuple[int, ...]
     _, cfg = resolve(name, scale, [*overrides, f"base.start_step={at[-1]}"])
     if cfg.profile.base is None:
         raise ConfigError(f"{name} at scale {scale} has no tiny base to calibrate (only tiny / micro scales do)")
-    task = get_task(cfg.task)
+    task = cfg.run_task()
     tokenizer = build_task_tokenizer(cfg.task)
     items = drop_overlong(cfg, log, task, load_mixture(task, cfg.profile.train.data, _train_items_needed(cfg)),
                           tokenizer, "plain")
@@ -131,6 +131,7 @@ def calibrate(name: str, scale: str = "tiny", *, at: list[int] | tuple[int, ...]
         log(f"  step {step}: {scan.metric} = {metrics.get(scan.metric, float('nan')):.3f}")
 
     train_sft(model, examples, sft_cfg, SFTRunOptions(progress=progress, after_step=after_step))
+    scan.model = model
     return scan
 
 

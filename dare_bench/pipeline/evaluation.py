@@ -83,7 +83,9 @@ def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int,
     from dare_bench.trainers.distributed import broadcast_object, dist_info
 
     info = dist_info()
-    key = _hash({"eval": cfg.profile.eval.model_dump(), "grader": cfg.grader, "seed": seed})[:16]
+    # task_options: a harder arith generates another test set, even over a base trained from the same file
+    key = _hash({"eval": cfg.profile.eval.model_dump(), "grader": cfg.grader, "seed": seed,
+                 "task_options": cfg.profile.task_options})[:16]
     path = base_dir / f"eval-{key}.json"
     if broadcast_object(path.exists(), info):  # rank 0's view decides: every rank then takes the same branch
         record = EvaluationRecord.model_validate_json(path.read_text())

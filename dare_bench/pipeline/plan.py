@@ -38,8 +38,22 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     cfg = spec.resolve(scale, list(overrides))
     _check_algorithm_backbone(cfg)
     _check_preference_data(cfg)
-    # then the data: a missing training file fails here, before the pipeline writes anything
-    return spec, spec.resolve(scale, list(overrides), with_data=True)
+    # then the data: a missing training file, or one whose rows the task cannot read, fails here, before the
+    # pipeline writes anything
+    resolved = spec.resolve(scale, list(overrides), with_data=True)
+    _check_training_rows(resolved)
+    return spec, resolved
+
+
+def _check_training_rows(cfg) -> None:
+    """Every row of the run's training files parses (tasks.mixtures.check_rows); a baseline reads none."""
+    if cfg.profile.train.kind == "none" and cfg.profile.base is None:
+        return
+    from dare_bench.config import train_items_needed
+    from dare_bench.tasks.mixtures import check_rows, resolve_sources
+
+    task = cfg.run_task()
+    check_rows(task, resolve_sources(task, cfg.profile.train.data, train_items_needed(cfg.profile, cfg.scale)))
 
 
 

@@ -187,6 +187,13 @@ class ArithTask(GSM8KTask):
     hf_hint = ""
     has_generator = True
 
+    option_defaults = {"steps": DEFAULT_STEPS, "max_operand": DEFAULT_MAX_OPERAND}
+    steps = DEFAULT_STEPS  # the generator's defaults; a reproduction sets them with `task_options`
+    max_operand = DEFAULT_MAX_OPERAND
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        check_knobs(options["steps"], options["max_operand"])
+
     def default_generated_size(self, split: str) -> int:
         return 500 if split == "test" else 20000
 
@@ -206,8 +213,10 @@ class ArithTask(GSM8KTask):
         item = super().row_to_item(row, index, split)  # GSM8K's rows: question + answer ending "#### n"
         return replace(item, extra={**item.extra, "data_source": "arith"})
 
-    def generate(self, n: int, seed: int = 0, split: str = "test", steps: int = DEFAULT_STEPS,
-                 max_operand: int = DEFAULT_MAX_OPERAND) -> TaskDataset:
+    def generate(self, n: int, seed: int = 0, split: str = "test", steps: int | None = None,
+                 max_operand: int | None = None) -> TaskDataset:
+        steps = self.steps if steps is None else steps
+        max_operand = self.max_operand if max_operand is None else max_operand
         problems = generate_arith(n, seed, split, steps, max_operand)
         items = [self.make_item(i, *p, split) for i, p in enumerate(problems)]
         source = f"generator:arith(seed={seed},n={n},steps={steps},max_operand={max_operand})"

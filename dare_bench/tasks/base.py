@@ -188,6 +188,11 @@ class Task:
     #: `tiny` / `micro` only (no published recipe or real checkpoint trains on them). The registry drops the other
     #: scales its defaults layers would give, and asking for one raises `scale_refusal`'s message.
     scales: tuple[str, ...] = ("paper", "tiny", "micro")
+    #: The generator's difficulty knobs a reproduction may set (`task_options` of a scale; name -> default). A task
+    #: without a generator takes none. `with_options` returns the configured copy the run uses.
+    option_defaults: dict[str, Any] = {}
+    #: DARE's task kind (`extra_info.task` of its verl rows): "math" (answer extraction) or "code" (sandbox tests)
+    kind: str = "math"
     #: (stand-in task, what kind of RL it stands in for, why this task has no tiny scale); None: no stand-in
     cpu_stand_in: tuple[str, str, str] | None = None
 
@@ -213,7 +218,28 @@ class Task:
     def generate(self, n: int, seed: int = 0, split: str = "test") -> TaskDataset:
         raise DataError(f"task {self.name!r} has no procedural generator; give a data source")
 
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Refuse out-of-range values (ConfigError); `options` has every knob (defaults filled in)."""
+
     # ------------------------------------------------------------------ public API
+    def with_options(self, options: dict[str, Any] | None) -> "Task":
+        """This task with the generator knobs `options` set (a copy; the registered instance is not changed).
+        An unknown knob, or a value out of range, is one ConfigError."""
+        if not options:
+            return self
+        unknown = sorted(set(options) - set(self.option_defaults))
+        if unknown:
+            takes = ", ".join(sorted(self.option_defaults)) or "none"
+            raise ConfigError(f"task {self.name!r} has no option {unknown[0]!r} (its task_options: {takes})")
+        merged = {**self.option_defaults, **options}
+        self.check_options(merged)
+        import copy
+
+        configured = copy.copy(self)
+        for key, value in merged.items():
+            setattr(configured, key, value)
+        return configured
+
     def offers_scale(self, scale: str) -> bool:
         """Whether a reproduction on this task can have `scale` (`official` goes with `paper`)."""
         return (scale if scale != "official" else "paper") in self.scales

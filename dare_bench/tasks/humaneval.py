@@ -24,6 +24,7 @@ def _grade_dare(text: str, item: Item):
 
 class HumanEvalTask(Task):
     name = "humaneval"
+    kind = "code"
     scales = ("paper",)
     cpu_stand_in = ("pyfunc", "code", "a tiny replica cannot learn HumanEval")
     parallel_grading = True

@@ -55,6 +55,7 @@ def _grade_dare(text: str, item: Item):
 
 class MBPPTask(Task):
     name = "mbpp"
+    kind = "code"
     scales = ("paper",)
     cpu_stand_in = ("pyfunc", "code", "a tiny replica cannot learn MBPP")
     parallel_grading = True

@@ -20,7 +20,7 @@ content); for generators the generator call (task, seed, size, split; determinis
 fingerprint of the loaded items is recorded with the run's evaluations as before.
 
     from dare_bench.tasks import get_task
-    from dare_bench.tasks.mixtures import resolve_sources, load_mixture, filter_overlong
+    from dare_bench.tasks.mixtures import resolve_sources, load_mixture, filter_overlong, check_rows
     task = get_task("gsm8k")
     [s.record() for s in resolve_sources(task, ["gsm8k", "math"])]   # [{entry, source, fingerprint}, ...]
     ds = load_mixture(task, ["gsm8k", "math"])                       # 7473 + 7474 items, in that order
@@ -93,8 +93,30 @@ def _file_source(entry: str, path: Path, task: Task, kind: str) -> DataSource:
 
 def _generated(entry: str, task: Task, seed: int, n: int) -> DataSource:
     # Generators are deterministic code: the call pins the content without generating 20k puzzles at plan time.
-    call = f"generator:{task.name}(seed={seed},n={n},split=train)"
+    knobs = "".join(f",{k}={getattr(task, k)}" for k in sorted(task.option_defaults))  # task_options
+    call = f"generator:{task.name}(seed={seed},n={n},split=train{knobs})"
     return DataSource(entry, "generator", call, _sha(call), task, seed=seed)
+
+
+def _refuse_unknown_name(entry: str, task: Task) -> None:
+    """A bare name that is neither the task's own, nor one DARE ships (the data manifest), nor present under
+    `$DARE_BENCH_DATA`: a typo or a task name in the wrong run. One error with the closest known name."""
+    import difflib
+
+    from dare_bench.tasks import list_tasks
+    from dare_bench.tasks.data import find_file, load_manifest
+
+    known = find_file(entry, "train")
+    if known is not None and known.split == "train":
+        return  # a DARE name: the caller says where the file should be and how to get it
+    dare_names = sorted({f.name for f in load_manifest().files if f.split == "train"})
+    if entry in list_tasks():
+        raise DataError(f"train.data entry {entry!r}: a task's own split can only train that task (this run trains "
+                        f"{task.name!r}); name a DARE data name ({', '.join(dare_names)}), a file or hf:<id>@<rev>")
+    close = difflib.get_close_matches(entry, [task.name, *dare_names], n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise DataError(f"train.data entry {entry!r}: unknown: not this task's name ({task.name!r}), a DARE data name "
+                    f"({', '.join(dare_names)}), a file, hf:<id>@<revision> or generator[:seed]{hint}")
 
 
 def resolve_entry(task: Task, entry: str, limit: int | None = None) -> DataSource:
@@ -134,6 +156,9 @@ def resolve_entry(task: Task, entry: str, limit: int | None = None) -> DataSourc
         return _file_source(entry, Path(entry).expanduser(), task, "file")
     root = os.environ.get(DATA_ENV)
     forms = [f.format(name=entry) for f in DARE_NAME_FORMS]
+    present = root and any((Path(root).expanduser() / "rl" / "train" / f).is_file() for f in forms)
+    if not present:
+        _refuse_unknown_name(entry, task)
     if not root:
         raise DataError(f"train.data entry {entry!r}: a DARE data name, but ${DATA_ENV} is unset (it would be "
                         f"${DATA_ENV}/rl/train/{forms[0]}); set it to a directory laid out like DARE's data"
@@ -172,6 +197,16 @@ def load_sources(task: Task, sources: Sequence[DataSource], limit: int | None = 
     fingerprint = parts[0] if len(parts) == 1 else hashlib.sha256("\n".join(parts).encode()).hexdigest()
     return TaskDataset(task.name, "train", items, source=" + ".join(s.source for s in sources),
                        fingerprint=fingerprint, limit=limit)
+
+
+def check_rows(task: Task, sources: Sequence[DataSource]) -> None:
+    """Parse every row of the file sources (a DARE file, a local file), as loading will: a file with the wrong
+    columns, or a code row without tests, is one DataError naming the file and row, raised at plan time so that a
+    run never starts (or writes a store row) on data it cannot read. Generators and hf: sources are not read here
+    (deterministic code; the Hub is only reached when the run loads)."""
+    for src in sources:
+        if src.kind in ("task", "dare", "file"):
+            src.task.load("train", source=src.source)
 
 
 def load_mixture(task: Task, entries: Sequence[str], limit: int | None = None) -> TaskDataset:

@@ -240,12 +240,17 @@ def _grade_dare(text: str, item: Item):
 
 class PyFuncTask(Task):
     name = "pyfunc"
+    kind = "code"
     scales = ("tiny", "micro")
     parallel_grading = True
     has_generator = True
     hf_hint = "<none: procedural (dare-bench)>"
-    #: default number of composed operations for ``generate`` / ``load`` (the tiny scale's setting)
+    #: default number of composed operations for ``generate`` / ``load``; a reproduction sets it with `task_options`
     difficulty = 1
+    option_defaults = {"difficulty": 1}
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        check_difficulty(options["difficulty"])
 
     def build_graders(self) -> dict[str, GraderFn]:
         return {"dare": _grade_dare, "strict": strict.grade_mbpp}

@@ -77,3 +77,59 @@ def test_checkpoint_option_only_at_the_real_scales():
     for scale in ("tiny", "micro"):
         with pytest.raises(ConfigError, match=f"--checkpoint applies to --scale paper or official; --scale {scale}"):
             check_checkpoint_option(scale, "/ckpt/LLaDA-8B-Instruct")
+
+
+def _cli(args, tmp_path):
+    """`dare-bench ...` in a subprocess: (returncode, stderr lines), and whether the store file appeared."""
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "runs.db"
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli", *args, "--db", f"sqlite:///{db}"],
+                         capture_output=True, text=True, env={**os.environ, "DARE_BENCH_HOME": str(tmp_path / "h")})
+    return res.returncode, [line for line in res.stderr.splitlines() if line.strip()], db.exists()
+
+
+def _bad_files(tmp_path):
+    import json
+
+    wrong = tmp_path / "wrong_columns.jsonl"
+    wrong.write_text(json.dumps({"foo": 1, "bar": 2}) + "\n")
+    no_tests = tmp_path / "no_tests.jsonl"
+    row = {"data_source": "pyfunc", "prompt": [{"role": "user", "content": "write f"}],
+           "reward_model": {"style": "rule", "ground_truth": ""},
+           "extra_info": {"index": 0, "split": "train", "task": "code", "name": "f", "docstring": "f(1)==2"}}
+    no_tests.write_text(json.dumps(row) + "\n")
+    return wrong, no_tests
+
+
+@pytest.mark.parametrize("case", ["unknown entry", "wrong columns", "code row without tests", "knob out of range",
+                                  "unknown knob"])
+def test_bad_training_input_is_one_line_and_writes_nothing(case, tmp_path):
+    """The issue's bad inputs: each one error line, exit != 0, no store (and no tiny base) written."""
+    wrong, no_tests = _bad_files(tmp_path)
+    name, override, message = {
+        "unknown entry": ("d1-llada-arith", "train.data=[arithh]", "did you mean 'arith'?"),
+        "wrong columns": ("d1-llada-arith", f"train.data=[{wrong}]", "rows need question and answer"),
+        "code row without tests": ("d1-llada-pyfunc", f"train.data=[{no_tests}]", "not a JSON list of asserts"),
+        "knob out of range": ("d1-llada-arith", "task_options.steps=9", "steps must be an integer in 1..4"),
+        "unknown knob": ("d1-llada-pyfunc", "task_options.steps=2", "has no option 'steps'"),
+    }[case]
+    code, lines, wrote = _cli(["reproduce", name, override, "--scale", "micro"], tmp_path)  # a real run
+    assert code != 0 and len(lines) == 1 and message in lines[0], lines
+    assert not wrote and not (tmp_path / "h").exists()
+
+
+def test_task_options_reach_training_and_evaluation(monkeypatch):
+    """`task_options` configures the generator for both splits; the run's hash records it."""
+    monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
+    _, default = resolve("d1-llada-arith", "micro")
+    _, easy = resolve("d1-llada-arith", "micro", ["task_options.steps=1"])
+    assert default.content_hash != easy.content_hash and default.data != easy.data
+    task = easy.run_task()
+    assert task.steps == 1 and default.run_task().steps == 2
+    assert {len(i.extra["problem"].split()) for i in task.load("test", limit=20).items} == {2}  # start + 1 op
+    from dare_bench.tasks import get_task
+
+    assert get_task("arith").steps == 2  # the registered instance is not changed
