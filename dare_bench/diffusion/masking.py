@@ -619,7 +619,8 @@ def espo_batch_masks(attention_mask: torch.Tensor, prompt_len, *, generator: tor
     levels are spread over the ROWS: when every row has the same number L of completion tokens, one k ~ U{0..L}
     gives row j the count round(linspace(k, k + (b-1)(L+1)/b, b))_j mod (L+1) and every row draws a `randperm(L)`;
     otherwise each row with a completion draws its own k_i ~ U{0..L_i} (all k first, then a `randperm(L_i)` for the
-    rows with k_i > 0). `stratify_rows=False` always takes the independent branch. p_mask = k / (L_i+1) (float32)
+    rows with k_i > 0, whose first k_i entries are the masked positions; the stratified branch masks position j iff
+    perm[j] < k, as DARE does in each branch). `stratify_rows=False` always takes the independent branch. p_mask = k / (L_i+1) (float32)
     at every position of the row; `p_complement` = L_i/(L_i+1) - p (float32) as in `espo_masks`. Copy c of the
     result is the c-th call, drawn in order from `generator`; the generator is consumed exactly as the official
     function consumes the global RNG (CPU), so a batch of b identical rows gives `espo_masks(one row, n=b)`.
@@ -651,9 +652,12 @@ def espo_batch_masks(attention_mask: torch.Tensor, prompt_len, *, generator: tor
             t = lens[i]
             if t == 0:
                 continue
-            if equal or counts[i] > 0:
+            if equal:  # DARE: position j of the completion is masked iff perm[j] < k
                 perm = torch.randperm(t, generator=generator, device=gdev).cpu()
                 mask[i, c, idxs[i]] = (torch.arange(t) < counts[i])[perm]
+            elif counts[i] > 0:  # DARE: the positions perm[:k] are masked
+                perm = torch.randperm(t, generator=generator, device=gdev).cpu()
+                mask[i, c, idxs[i][perm[:counts[i]]]] = True
             tl = torch.tensor(float(t), dtype=torch.float32)
             p = torch.tensor(float(counts[i]), dtype=torch.float32) / float(t + 1)
             p_mask[i, c] = p
