@@ -620,10 +620,11 @@ def espo_batch_masks(attention_mask: torch.Tensor, prompt_len, *, generator: tor
     gives row j the count round(linspace(k, k + (b-1)(L+1)/b, b))_j mod (L+1) and every row draws a `randperm(L)`;
     otherwise each row with a completion draws its own k_i ~ U{0..L_i} (all k first, then a `randperm(L_i)` for the
     rows with k_i > 0, whose first k_i entries are the masked positions; the stratified branch masks position j iff
-    perm[j] < k, as DARE does in each branch). `stratify_rows=False` always takes the independent branch. p_mask = k / (L_i+1) (float32)
-    at every position of the row; `p_complement` = L_i/(L_i+1) - p (float32) as in `espo_masks`. Copy c of the
-    result is the c-th call, drawn in order from `generator`; the generator is consumed exactly as the official
-    function consumes the global RNG (CPU), so a batch of b identical rows gives `espo_masks(one row, n=b)`.
+    perm[j] < k, as DARE does in each branch). `stratify_rows=False` always takes the independent branch.
+    p_mask = k / (L_i+1) (float32) at every position of the row; `p_complement` = L_i/(L_i+1) - p (float32) as in
+    `espo_masks`. Copy c of the result is the c-th call, drawn in order from `generator`; the generator is consumed
+    exactly as the official function consumes the global RNG (CPU), so a batch of b identical rows gives
+    `espo_masks(one row, n=b)`.
     """
     _check_generator(generator)
     _n(n)

@@ -295,3 +295,27 @@ def test_micro_training_step_finite_gradients():
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert sum(float(g.abs().sum()) for g in grads) > 0
     assert m["elbo"] < 0 and math.isfinite(m["kl"])
+
+
+def test_dream_backbone_step():
+    """The official repo also trains Dream (shifted logits, `recipes/run_demo_dream.sh`): a micro Dream step."""
+    from dare_bench.models.dream import adapt_vocab
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    cfg = adapt_vocab(preset_config("tiny-dream", num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                                    num_attention_heads=2, num_key_value_heads=1),
+                      vocab_size=16, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+    model = build_model(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model.init_weights()
+    assert model.traits.logit_shift == 1
+    algo = get_algorithm("espo")({"mc_samples": 2}, model.traits)
+    batch = _batch()
+    adv = algo.advantages(batch.rewards, batch.group_size)
+    st = algo.prepare(batch, model, None, generator=torch.Generator().manual_seed(0), num_iterations=1)
+    model.zero_grad()
+    m = algo.backward(model, batch, st, adv, loss_scale=1.0, iteration=0)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads) and m["elbo"] < 0
