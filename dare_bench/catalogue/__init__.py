@@ -137,11 +137,6 @@ class JustGrpoKnobs(Knobs):
     position_chunk_size: int | None = Field(None, gt=0)
 
 
-class EspoKnobs(Knobs):
-    reduce_var: bool = True
-    kl_estimator: Literal["k1", "k2", "k3"] = "k2"
-
-
 _WITHOUT_PLUGIN = (
     AlgorithmSpec("baseline", "none", NoKnobs),
     AlgorithmSpec("sft", "sft", NoKnobs),
@@ -150,7 +145,6 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("mdpo", "rl", MdpoKnobs),
     AlgorithmSpec("dtreerpo", "rl", DtreerpoKnobs),
     AlgorithmSpec("justgrpo", "rl", JustGrpoKnobs),
-    AlgorithmSpec("espo", "rl", EspoKnobs),
 )
 
 

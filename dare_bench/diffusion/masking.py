@@ -21,6 +21,8 @@ sampling: same t, same masks). Samplers (official source in brackets):
     spg_block_masks    SPG block-wise masks                                                [_forward_process_spg]
     ebpo_block_masks   EBPO: one stratified level per (copy, block), >= 1 mask per block  [_forward_process_ebpo]
     espo_masks         ESPO: L+1 stratified levels k/(L+1), complement weights            [_forward_process_espo]
+    espo_batch_masks   ESPO over a batch as DARE's worker calls it: levels stratified across the rows when
+                       their completion lengths are equal, else one independent level per row  [same]
 
 Usage:
 
@@ -59,6 +61,7 @@ __all__ = [
     "ebpo_block_masks",
     "espo_mask_counts",
     "espo_masks",
+    "espo_batch_masks",
 ]
 
 
@@ -606,3 +609,59 @@ def espo_masks(attention_mask: torch.Tensor, prompt_len, *, generator: torch.Gen
                 p_comp[i, r * n + j] = tl / (tl + 1.0) - p
     t = p_mask[:, :, 0].to(dt)
     return _finish(mask, p_mask, response, attention_mask.device, "espo", t=t, p_complement=p_comp)
+
+
+def espo_batch_masks(attention_mask: torch.Tensor, prompt_len, *, generator: torch.Generator, n: int = 1,
+                     stratify_rows: bool = True, dtype: torch.dtype | None = None) -> MaskDraw:
+    """`n` ESPO draws over a whole batch, each one call of DARE's `_forward_process_espo` on the batch.
+
+    DARE's worker calls the forward process once per (iteration, MC sample) on all rows together, so its L+1
+    levels are spread over the ROWS: when every row has the same number L of completion tokens, one k ~ U{0..L}
+    gives row j the count round(linspace(k, k + (b-1)(L+1)/b, b))_j mod (L+1) and every row draws a `randperm(L)`;
+    otherwise each row with a completion draws its own k_i ~ U{0..L_i} (all k first, then a `randperm(L_i)` for the
+    rows with k_i > 0, whose first k_i entries are the masked positions; the stratified branch masks position j iff
+    perm[j] < k, as DARE does in each branch). `stratify_rows=False` always takes the independent branch.
+    p_mask = k / (L_i+1) (float32) at every position of the row; `p_complement` = L_i/(L_i+1) - p (float32) as in
+    `espo_masks`. Copy c of the result is the c-th call, drawn in order from `generator`; the generator is consumed
+    exactly as the official function consumes the global RNG (CPU), so a batch of b identical rows gives
+    `espo_masks(one row, n=b)`.
+    """
+    _check_generator(generator)
+    _n(n)
+    gdev = generator.device
+    dt = _dtype(dtype)
+    _, response = prompt_response_masks(attention_mask, prompt_len)
+    b, L = attention_mask.shape
+    mask = torch.zeros((b, n, L), dtype=torch.bool)
+    p_mask = torch.zeros((b, n, L), dtype=torch.float32)
+    p_comp = torch.zeros((b, n, L), dtype=torch.float32)
+    resp = response.cpu()
+    lens = [int(v) for v in resp.sum(dim=1).tolist()]
+    idxs = [torch.nonzero(resp[i]).flatten() for i in range(b)]
+    equal = stratify_rows and all(v == lens[0] for v in lens)
+    if max(lens, default=0) == 0:
+        return _finish(mask, p_mask, response, attention_mask.device, "espo", t=p_mask[:, :, 0].to(dt),
+                       p_complement=p_comp)
+    for c in range(n):
+        if equal:
+            k = int(torch.randint(0, lens[0] + 1, (), generator=generator, device=gdev))
+            counts = espo_mask_counts(k, lens[0], b, dt).tolist()
+        else:
+            counts = [int(torch.randint(0, t + 1, (), generator=generator, device=gdev)) if t > 0 else 0
+                      for t in lens]
+        for i in range(b):
+            t = lens[i]
+            if t == 0:
+                continue
+            if equal:  # DARE: position j of the completion is masked iff perm[j] < k
+                perm = torch.randperm(t, generator=generator, device=gdev).cpu()
+                mask[i, c, idxs[i]] = (torch.arange(t) < counts[i])[perm]
+            elif counts[i] > 0:  # DARE: the positions perm[:k] are masked
+                perm = torch.randperm(t, generator=generator, device=gdev).cpu()
+                mask[i, c, idxs[i][perm[:counts[i]]]] = True
+            tl = torch.tensor(float(t), dtype=torch.float32)
+            p = torch.tensor(float(counts[i]), dtype=torch.float32) / float(t + 1)
+            p_mask[i, c] = p
+            p_comp[i, c] = tl / (tl + 1.0) - p
+    return _finish(mask, p_mask, response, attention_mask.device, "espo", t=p_mask[:, :, 0].to(dt),
+                   p_complement=p_comp)

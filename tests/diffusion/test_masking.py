@@ -14,6 +14,7 @@ from dare_bench.diffusion.masking import (
     ebpo_block_index,
     ebpo_block_masks,
     ebpo_mask_count,
+    espo_batch_masks,
     espo_mask_counts,
     espo_masks,
     iid_masks,
@@ -99,6 +100,59 @@ def test_espo_masks_reproduce_official_fixture():
         assert torch.equal(d.response_mask[0], T[k + "valid_response_mask"])
 
 
+def test_espo_batch_masks_reproduce_official_fixture():
+    """DARE's worker calls `_forward_process_espo` on the whole batch: the fixture's draw (seed 11) is a batch of
+    4 rows with equal completion lengths (8 valid of 10), i.e. the row-stratified branch, = espo_masks(n=4)."""
+    T, _ = _load("espo")
+    am = torch.zeros(4, 14, dtype=torch.long)
+    am[:, :12] = 1
+    d = espo_batch_masks(am, 4, generator=gen(11), n=1)
+    one = espo_masks(am[:1], 4, generator=gen(11), n=4)
+    for r in range(4):
+        k = f"seq_elbo_row{r}_reduce_var_True/in/"
+        assert torch.equal(d.mask[r, 0], T[k + "mask_indices"])
+        assert torch.equal(d.p_mask[r, 0], T[k + "p_mask"])
+        assert torch.equal(d.mask[r, 0], one.mask[0, r]) and torch.equal(d.p_complement[r, 0], one.p_complement[0, r])
+
+
+def _dare_espo_unequal(am, prompt_len, g):
+    """The independent branch of DARE's `_forward_process_espo`, written out: every row's k first, then a
+    randperm for each row with k > 0 (the order in which it consumes the RNG)."""
+    _, response = prompt_response_masks(am, prompt_len)
+    lens = response.sum(dim=1).tolist()
+    ks = [int(torch.randint(0, t + 1, (), generator=g)) if t > 0 else 0 for t in lens]
+    mask = torch.zeros(am.shape, dtype=torch.bool)
+    for i, (t, k) in enumerate(zip(lens, ks)):
+        if t > 0 and k > 0:
+            idx = torch.nonzero(response[i]).flatten()
+            mask[i, idx[torch.randperm(t, generator=g)[:k]]] = True
+    p = torch.tensor([k / (t + 1) if t else 0.0 for t, k in zip(lens, ks)], dtype=torch.float32)
+    return mask, p
+
+
+def test_espo_batch_masks_branches():
+    am, _ = layout()  # completion lengths 8, 5, 1: one independent level per row, as DARE
+    g_ref, g = gen(5), gen(5)
+    d = espo_batch_masks(am, 4, generator=g, n=2)
+    for c in range(2):
+        mask, p = _dare_espo_unequal(am, 4, g_ref)
+        assert torch.equal(d.mask[:, c], mask)
+        torch.testing.assert_close(d.p_mask[:, c, 0], p, rtol=0, atol=0)
+    L = d.response_mask.sum(-1, keepdim=True).float()
+    assert torch.allclose(d.p_complement[:, :, 0], L / (L + 1) - d.p_mask[:, :, 0])
+    assert torch.equal(d.complement().loss_mask | d.loss_mask, d.response_mask[:, None].expand_as(d.mask))
+    # equal lengths: the L+1 levels are spread over the rows (b = L+1 rows: every level once, 0 and L included)
+    eq = torch.zeros(6, 9, dtype=torch.long)
+    eq[:, :9] = 1  # prompt 4, completion 5 valid
+    for seed in range(4):
+        s = espo_batch_masks(eq, 4, generator=gen(seed), n=1)
+        assert sorted(s.mask[:, 0].sum(-1).tolist()) == [0, 1, 2, 3, 4, 5]
+        free = espo_batch_masks(eq, 4, generator=gen(seed), n=1, stratify_rows=False)
+        assert torch.equal(free.mask, _dare_espo_unequal(eq, 4, gen(seed))[0][:, None])
+    empty = espo_batch_masks(torch.ones(2, 4, dtype=torch.long), 4, generator=gen(), n=2)
+    assert not empty.mask.any() and not empty.p_mask.any()
+
+
 # --- determinism, shapes, errors ----------------------------------------------------------------------------------
 
 SAMPLERS = {
@@ -109,8 +163,9 @@ SAMPLERS = {
     "spg": lambda am, g: spg_block_masks(am, 4, generator=g, block_length=4, n=2),
     "ebpo": lambda am, g: ebpo_block_masks(am, 4, generator=g, block_length=3, n=2, repeats=2),
     "espo": lambda am, g: espo_masks(am, 4, generator=g, n=3),
+    "espo_batch": lambda am, g: espo_batch_masks(am, 4, generator=g, n=3),
 }
-COPIES = {"iid": 3, "stratified": 8, "coupled": 3, "d1": 1, "spg": 2, "ebpo": 4, "espo": 3}
+COPIES = {"iid": 3, "stratified": 8, "coupled": 3, "d1": 1, "spg": 2, "ebpo": 4, "espo": 3, "espo_batch": 3}
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
@@ -132,7 +187,7 @@ def test_seeded_determinism_and_shapes(name):
     assert one.n == 1 and torch.equal(one.mask[:, 0], a.mask[:, -1])
 
 
-@pytest.mark.parametrize("name", ["iid", "stratified", "ebpo", "espo"])
+@pytest.mark.parametrize("name", ["iid", "stratified", "ebpo", "espo", "espo_batch"])
 def test_prompt_and_padding_never_masked(name):
     am, _ = layout()
     d = SAMPLERS[name](am, gen(3))

@@ -63,6 +63,10 @@ MDLM_ALGORITHM = {
     # §10.4 "DARE recipe: mc_num 2, n_l 1, num_iterations 8, lr 5e-7, temperature 1.0"
     "espo": {"train.mc_samples": 2, "train.mu": 8, "train.lr": 5e-7, "train.rollout.temperature": 1.0},
 }
+# Shared settings DARE's ESPO script (recipe/llada/run_espo_llada_8b_instruct.sh @ 83ae8a3) sets per task — n_rollout
+# 6 / 10 / 16 and a k2 KL with beta 0.001-0.01, see _defaults/algorithms/espo.yaml — which the notes do not state:
+# not checked against the shared MDLM values.
+PER_TASK_IN_DARE = {"espo": ("train.group_size", "train.beta_kl")}
 # §7 "DARE VRPO recipe (recipe/llada/run_vrpo_llada_8b_instruct.sh): data argilla/ultrafeedback-binarized-preferences-
 # cleaned ..., batch 64, lr 5e-7, mc_num = n_l = 4, beta = 0.2, 10 epochs".
 VRPO = {"train.data": ["hf:argilla/ultrafeedback-binarized-preferences-cleaned"], "train.batch_prompts": 64,
@@ -113,7 +117,8 @@ def expected(spec) -> dict | None:
         return {**task_eval(task), "eval.sampler.block_length": BLOCK[backbone]["eval.sampler.block_length"]}
     if algo == "vrpo":
         return {**VRPO, **task_eval(task), "eval.sampler.block_length": BLOCK[backbone]["eval.sampler.block_length"]}
-    return {**MDLM_SHARED, **TASK_TRAIN[task], **BLOCK[backbone], **MDLM_ALGORITHM[algo], **task_eval(task)}
+    out = {**MDLM_SHARED, **TASK_TRAIN[task], **BLOCK[backbone], **MDLM_ALGORITHM[algo], **task_eval(task)}
+    return {k: v for k, v in out.items() if k not in PER_TASK_IN_DARE.get(algo, ())}
 
 
 def _get(profile, path: str):
