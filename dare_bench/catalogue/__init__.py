@@ -133,10 +133,6 @@ class DtreerpoKnobs(Knobs):
     self_distillation: bool = True
 
 
-class JustGrpoKnobs(Knobs):
-    position_chunk_size: int | None = Field(None, gt=0)
-
-
 class EspoKnobs(Knobs):
     reduce_var: bool = True
     kl_estimator: Literal["k1", "k2", "k3"] = "k2"
@@ -149,7 +145,6 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
     AlgorithmSpec("mdpo", "rl", MdpoKnobs),
     AlgorithmSpec("dtreerpo", "rl", DtreerpoKnobs),
-    AlgorithmSpec("justgrpo", "rl", JustGrpoKnobs),
     AlgorithmSpec("espo", "rl", EspoKnobs),
 )
 
