@@ -10,8 +10,8 @@ import torch
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_algorithm
-from dare_bench.trainers.algorithms.justgrpo import chunk_agg, position_chunks
 from dare_bench.trainers.algorithms.common import agg_loss
+from dare_bench.trainers.algorithms.justgrpo import chunk_agg, position_chunks
 
 from rl_fakes import EOS, MASK, PAD, micro_llada
 
@@ -263,7 +263,7 @@ def test_chunk_shares_sum_to_agg_loss():
         torch.testing.assert_close(total, agg_loss(loss, mask, mode), rtol=1e-12, atol=1e-15)
 
 
-# --- settings ----------------------------------------------------------------------------------------------------------
+# --- settings ------------------------------------------------------------------------------------------------------
 def test_official_advantages_and_settings():
     algo = _algo()
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5])

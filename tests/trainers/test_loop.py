@@ -285,7 +285,9 @@ def test_every_reproduction_config_builds_its_plugin(plugin):
         for scale in spec.scales:
             train = spec.resolve(scale).profile.train
             if train.kind == "rl":
-                cls(algorithm_settings(train), traits[preset])
+                algo = cls(algorithm_settings(train), traits[preset])
+                if train.rollout is not None:  # the rollout settings the plug-in requires (JustGRPO: block 1)
+                    algo.check_rollout(rollout_settings(train.rollout))
                 checked += 1
     assert checked > 0
 

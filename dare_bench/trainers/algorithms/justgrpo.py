@@ -26,8 +26,12 @@ forwards (an empty chunk runs a zero-weighted dummy query), so ranks under FSDP 
 Which positions are scored: up to and including the first EOS (the batch's `completion_mask`), or with
 `score_padding` every completion position (official `logprob_loss` sums over all gen_length positions, EOS padding
 included). `valid_sample_norm` drops rows with A = 0 from the loss mask (they carry no gradient), so token-mean
-divides by C · (rows with A ≠ 0): with `score_padding` this is the official scale gain / gen_length /
-valid_samples, per micro-batch instead of per accumulation step.
+divides by the scored tokens of the rows with A ≠ 0; with `score_padding` that is C · #(A ≠ 0), the official
+scale gain / gen_length / (valid_samples + 1e-5) without the 1e-5, per micro-batch (upstream: per prompt group
+and accumulation step, the valid count averaged over ranks; the same when a micro-batch is one prompt group).
+
+Contract: `rollout_requirements = {"block_length": 1}` (the general hook added to `base.Algorithm` with this
+plug-in; the loop calls `check_rollout` once): an unset rollout block length becomes 1, any other is a ConfigError.
 
 Sources read (LeapLabTHU/JustGRPO @ eebe50e; yjyddq/DARE @ 83ae8a3):
 - JustGRPO `grpo.py`: `sample` (rollouts with `generate(..., block_length=1)`, temperature 1.0), `logprob_loss` (one
