@@ -133,10 +133,6 @@ class DtreerpoKnobs(Knobs):
     self_distillation: bool = True
 
 
-class JustGrpoKnobs(Knobs):
-    position_chunk_size: int | None = Field(None, gt=0)
-
-
 _WITHOUT_PLUGIN = (
     AlgorithmSpec("baseline", "none", NoKnobs),
     AlgorithmSpec("sft", "sft", NoKnobs),
@@ -144,7 +140,6 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
     AlgorithmSpec("mdpo", "rl", MdpoKnobs),
     AlgorithmSpec("dtreerpo", "rl", DtreerpoKnobs),
-    AlgorithmSpec("justgrpo", "rl", JustGrpoKnobs),
 )
 
 

@@ -522,6 +522,7 @@ class RLRecipe:
         self.generators = {"rollout": self.rollout_gen, "algorithm": self.algo_gen}
         settings = rollout_settings(self.cfg.rollout)
         settings.update(self.algo.rollout_overrides)
+        settings = self.algo.check_rollout(settings)
         settings["return_trajectory"] = bool(self.algo.needs_trajectory or settings.get("return_trajectory"))
         self.sampler_settings = settings
         self.prompt_cache: dict[int, list[int]] = {}

@@ -20,6 +20,9 @@ calls:
 (BGPO, EBPO: memory independent of the number of samples) or walk a recorded sampler trajectory (CJ-GRPO).
 
 Refinements made with the shared loop (all backwards compatible):
+- `Algorithm.rollout_requirements` + `check_rollout(settings)`: sampler settings a plug-in's estimator needs (JustGRPO:
+  `block_length: 1`). The loop passes its rollout settings through `check_rollout` once; unset values are filled
+  in, conflicting ones refused (ConfigError), so a run record never says one thing while the rollouts do another.
 - `AlgorithmConfig` also carries the GRPO settings every RL recipe has in `TrainSettings`: `advantage` (None = the
   algorithm's own default), `clip_ratio_c` (verl dual clip; None = off) and `kl_estimator`. The loop fills the
   config from `TrainSettings` (`catalogue.settings.algorithm_settings`, only the fields that are set); a
@@ -110,6 +113,10 @@ class Algorithm:
     needs_trajectory: ClassVar[bool] = False
     # Extra sampler settings the algorithm imposes on rollouts (e.g. CJ-GRPO's EOSER / ASS).
     rollout_overrides: ClassVar[dict[str, Any]] = {}
+    # Sampler settings the algorithm's estimator is only defined for (e.g. JustGRPO: block_length 1, left to right).
+    # Unlike `rollout_overrides` they never replace a value the recipe sets: `check_rollout` fills them in where
+    # `train.rollout` leaves them unset and refuses a recipe that sets them otherwise.
+    rollout_requirements: ClassVar[dict[str, Any]] = {}
     # Rows per no-grad forward in `prepare` (None = the whole batch); the loop sets it from its micro-batch size.
     forward_batch_size: int | None = None
 
@@ -128,6 +135,18 @@ class Algorithm:
 
     def validate(self) -> None:
         """Cross-field checks; raise ConfigError (e.g. d1 with mc_samples != 1)."""
+
+    def check_rollout(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The rollout sampler settings (`generate()` keywords) with `rollout_requirements` applied: an unset one
+        is filled in, a conflicting one is a ConfigError. The loop calls it once, before the first rollout."""
+        out = dict(settings)
+        for key, required in self.rollout_requirements.items():
+            value = out.get(key)
+            if value is None:
+                out[key] = required
+            elif value != required:
+                raise ConfigError(f"algorithm {self.name!r} needs train.rollout.{key} = {required!r}, got {value!r}")
+        return out
 
     # --- the three things a plug-in supplies ------------------------------------------------------------------
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
