@@ -185,7 +185,8 @@ class TrainSettings(Strict):
     # the plug-in's own default applies (BGPO's 16 MC samples, EBPO's k2 KL ...).
     beta_kl: float | None = Field(None, ge=0)
     kl_estimator: KlEstimator | None = None
-    clip_eps: float | None = Field(None, gt=0, description="PPO clip (epsilon_low)")
+    clip_eps: float | None = Field(None, ge=0, description="PPO clip (epsilon_low); 0 clips the ratio to 1 "
+                                   "(DARE's ESPO countdown recipe)")
     clip_eps_high: float | None = Field(None, gt=0, description="None = clip_eps")
     clip_ratio_c: float | None = Field(None, gt=1, description="dual-clip cap for A<0 (verl)")
     advantage: Literal["mean", "mean_std", "leave_one_out", "algorithm"] | None = Field(

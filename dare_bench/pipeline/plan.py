@@ -86,8 +86,13 @@ def _check_algorithm_backbone(cfg) -> None:
     # the plug-in itself, as the loop will build it: its cross-field checks (e.g. coupled-grpo pairs != 1) fail here,
     # before any store write, not at the first training step
     from dare_bench.catalogue.settings import algorithm_settings
+    from dare_bench.trainers.loop import rollout_settings
 
-    algo(algorithm_settings(cfg.profile.train), _run_traits(cfg))
+    plugin = algo(algorithm_settings(cfg.profile.train), _run_traits(cfg))
+    if cfg.profile.train.rollout is not None:  # the sampler settings it needs (JustGRPO: block length 1)
+        settings = rollout_settings(cfg.profile.train.rollout)
+        settings.update(plugin.rollout_overrides)
+        plugin.check_rollout(settings)
 
 
 def _run_traits(cfg):
