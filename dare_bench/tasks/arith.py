@@ -125,8 +125,10 @@ def random_problem(rng: random.Random, steps: int, max_operand: int) -> tuple[in
 
 
 def generate_arith(n: int, seed: int = 0, split: str = "test", steps: int = DEFAULT_STEPS,
-                   max_operand: int = DEFAULT_MAX_OPERAND) -> list[tuple[int, list[tuple[str, int]], str, str]]:
-    """``n`` distinct problems of ``split``: ``[(start, ops, name, things), ...]``."""
+                   max_operand: int = DEFAULT_MAX_OPERAND,
+                   at_most: bool = False) -> list[tuple[int, list[tuple[str, int]], str, str]]:
+    """``n`` distinct problems of ``split``: ``[(start, ops, name, things), ...]``. ``at_most``: fewer when the
+    setting has fewer distinct problems (a small space: single-digit operands), instead of a ConfigError."""
     check_knobs(steps, max_operand)
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
@@ -138,6 +140,8 @@ def generate_arith(n: int, seed: int = 0, split: str = "test", steps: int = DEFA
     misses = 0  # consecutive draws that were repeats or the other split's: the space is (nearly) exhausted
     while len(out) < n:
         if misses > MAX_MISSES:
+            if at_most:
+                break
             raise ConfigError(f"arith: could not draw {n} distinct {split} problems with steps={steps}, "
                               f"max_operand={max_operand} (found {len(out)}); ask for fewer or a harder setting")
         start, ops = random_problem(rng, steps, max_operand)
@@ -217,7 +221,9 @@ class ArithTask(GSM8KTask):
                  max_operand: int | None = None) -> TaskDataset:
         steps = self.steps if steps is None else steps
         max_operand = self.max_operand if max_operand is None else max_operand
-        problems = generate_arith(n, seed, split, steps, max_operand)
+        # the default training set is "up to 20000": a small space (single-digit operands) gives all it has
+        at_most = split == "train" and n == self.default_generated_size("train")
+        problems = generate_arith(n, seed, split, steps, max_operand, at_most=at_most)
         items = [self.make_item(i, *p, split) for i, p in enumerate(problems)]
         source = f"generator:arith(seed={seed},n={n},steps={steps},max_operand={max_operand})"
         return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))

@@ -290,9 +290,16 @@ class Task:
             return [self.grade(c, it, grader) for c, it in zip(completions, items)]
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = max(1, workers or min(len(items), os.cpu_count() or 1))
+        # A program is graded once per item however often it was sampled: an RL group often repeats a completion,
+        # and each sandbox run costs a fresh interpreter (the verdict of the same program on the same tests).
+        keys = [(c, it.index, it.ground_truth) for c, it in zip(completions, items)]
+        unique = list(dict.fromkeys(keys))
+        first = {key: (completions[i], items[i]) for i, key in reversed(list(enumerate(keys)))}
+        workers = max(1, workers or min(len(unique), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(lambda pair: self.grade(pair[0], pair[1], grader), zip(completions, items)))
+            graded = dict(zip(unique, pool.map(lambda key: self.grade(first[key][0], first[key][1], grader),
+                                               unique)))
+        return [graded[key] for key in keys]
 
     #: d1's evaluation instruction (``eval/<task>.py`` system prompt), for tasks d1 evaluates
     d1_eval_prompt: str | None = None

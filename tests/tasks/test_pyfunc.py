@@ -127,3 +127,27 @@ def test_hostile_completions_are_contained_and_score_zero(tmp_path):
     # dare: 1 s per hidden assert + the sandbox's startup grace; strict: max(3, asserts) s
     assert time.monotonic() - t0 < 2 * (dare.STARTUP_GRACE_S + 10) + 20
     assert not target.exists()
+
+
+def test_grade_many_grades_a_repeated_program_once_per_item(monkeypatch):
+    """An RL group repeats completions: each distinct (program, item) reaches the sandbox once, and every
+    position still gets its own verdict, in input order."""
+    from dare_bench.tasks import get_task
+
+    task = get_task("pyfunc")
+    items = task.generate(2, seed=0, split="test").items
+    gold = [task.format_answer(it) for it in items]
+    calls = []
+    real = type(task).grade
+
+    def counting(self, completion, item, grader="dare"):
+        calls.append((completion, item.index))
+        return real(self, completion, item, grader)
+
+    monkeypatch.setattr(type(task), "grade", counting)
+    completions = [gold[0], "def f(x):return 0", gold[0], gold[1], gold[1], gold[0]]
+    which = [items[0], items[0], items[0], items[1], items[1], items[1]]
+    results = task.grade_many(completions, which, "dare")
+    assert [r.correct for r in results] == [True, False, True, True, True, False]
+    assert sorted(calls) == sorted({(c, it.index) for c, it in zip(completions, which)})
+    assert len(calls) == 4
