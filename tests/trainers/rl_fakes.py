@@ -87,6 +87,7 @@ class ToyGrade:
 
 class ReverseTask:
     name = "reverse"
+    option_defaults: dict[str, Any] = {}  # no task options (tasks.base.Task.option_defaults)
 
     def __init__(self, n: int = 64, seed: int = 0):
         rng = random.Random(seed)
