@@ -93,7 +93,7 @@ def _file_source(entry: str, path: Path, task: Task, kind: str) -> DataSource:
 
 def _generated(entry: str, task: Task, seed: int, n: int) -> DataSource:
     # Generators are deterministic code: the call pins the content without generating 20k puzzles at plan time.
-    knobs = "".join(f",{k}={getattr(task, k)}" for k in sorted(task.option_defaults))  # task_options
+    knobs = "".join(f",{k}={getattr(task, k)}" for k in sorted(getattr(task, "option_defaults", {})))  # task_options
     call = f"generator:{task.name}(seed={seed},n={n},split=train{knobs})"
     return DataSource(entry, "generator", call, _sha(call), task, seed=seed)
 
