@@ -417,18 +417,17 @@ class DataRecord(Strict):
     fingerprint: str
 
 
-# A micro run draws this many training items at most (its base reads 40 x 32, not a 20k-item set); tiny runs read the
-# whole training split. Not derived from `base.start_step`: a base's items (and so its SFT batches) must not depend
-# on how long it trains, or a calibration scan's step-k model would differ from the base `start_step: k` builds.
-MICRO_TRAIN_ITEMS = 1280  # the micro base: 40 steps x 32
-
-
 def train_items_needed(profile: ScaleProfile, scale: str) -> int | None:
-    """How many training items a run draws: None (all of them) except at micro scale (a smoke run needs few)."""
+    """How many training items a run draws: None (the whole training split) except at micro scale, where a smoke
+    run reads what its base and its few steps use (40 x 32, not a 20k-item set). Tiny runs read everything, so a
+    base's items (and its SFT batches) do not depend on how long it trains: a calibration scan's step-k model is
+    the base that `start_step: k` builds (pipeline/calibrate.py; at micro only the scan's last step is)."""
     if scale != "micro":
         return None
     train = profile.train
-    return max(MICRO_TRAIN_ITEMS, (train.steps or 1) * (train.batch_prompts or 1))
+    needed = max(profile.base.start_step * profile.base.batch_size if profile.base else 0,
+                 (train.steps or 1) * (train.batch_prompts or 1), 256)
+    return needed if needed < 20000 else None
 
 
 class RunConfig(Strict):

@@ -4,8 +4,9 @@ Post-training at tiny scale starts from an under-trained SFT base, so that RL ha
 train the base once, evaluate it at several SFT steps with the reproduction's pinned evaluation, and take the first
 step whose accuracy sits in a target window (10-30 % by default). The scan trains exactly as the base cache does
 (`base_cache.base_sft_setup`: same initialisation, items, batches and recipe), so its step-k model is the base that
-`base.start_step: k` builds. Nothing is written: the table is the output, to paste into the defaults layer that
-holds the recipe (`_defaults/backbone-tasks/<backbone>-<task>.yaml`).
+`base.start_step: k` builds (at tiny scale, which reads the whole training split; a micro run reads a
+start-step-sized item set, so there only the last scanned step is). Nothing is written: the table is the output,
+to paste into the defaults layer that holds the recipe (`_defaults/backbone-tasks/<backbone>-<task>.yaml`).
 
     dare-bench calibrate sft-llada-arith                          # steps 50, 100, ..., 400 at tiny scale
     dare-bench calibrate sft-sdar-pyfunc --at 100,150,200,300 base.lr=2e-3 --json

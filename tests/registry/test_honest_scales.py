@@ -124,3 +124,20 @@ def test_task_scales_are_declared_consistently():
         assert task.scales == ("paper",) and task.cpu_stand_in is not None
         assert get_task(task.cpu_stand_in[0]).scales == ("tiny", "micro")
     assert get_task("sudoku").scales == ("paper", "tiny", "micro")
+
+
+def test_calibrated_base_recipes_show_their_scan():
+    """A backbone x task base recipe states the command that scanned it and the start step it chose."""
+    import yaml
+
+    from dare_bench.registry.loader import default_directory
+
+    files = sorted((default_directory() / "_defaults" / "backbone-tasks").glob("*.yaml"))
+    assert files
+    for path in files:
+        backbone, task = path.stem.rsplit("-", 1)
+        assert backbone in catalogue.backbone_names() and get_task(task).offers_scale("tiny"), path.name
+        text = path.read_text()
+        assert f"dare-bench calibrate sft-{backbone}-{task}" in text, f"{path.name}: no scan command"
+        start = yaml.safe_load(text)["scales"]["tiny"]["base"]["start_step"]
+        assert f"{start}" in text.split("scales:")[0], f"{path.name}: the scan does not show step {start}"
