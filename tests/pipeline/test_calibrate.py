@@ -18,7 +18,6 @@ def test_the_scan_model_is_the_base_of_that_start_step(tmp_path, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path))
     from dare_bench.pipeline.base_cache import build_base
     from dare_bench.pipeline.plan import _train_items_needed, resolve
-    from dare_bench.tasks import get_task
     from dare_bench.tasks.mixtures import load_mixture
     from dare_bench.tasks.tokenizer import build_task_tokenizer
 
@@ -27,7 +26,7 @@ def test_the_scan_model_is_the_base_of_that_start_step(tmp_path, monkeypatch):
     assert all(0.0 <= r["metrics"]["accuracy"] <= 1.0 for r in scan.rows)
 
     _, cfg = resolve("sft-llada-arith", "micro", ["base.start_step=6"])
-    task, tokenizer = get_task("arith"), build_task_tokenizer("arith")
+    task, tokenizer = cfg.run_task(), build_task_tokenizer("arith")  # with the scale's task_options
     items = load_mixture(task, cfg.profile.train.data, _train_items_needed(cfg))
     base, _, cached = build_base(cfg, task, tokenizer, list(items), data_fingerprint=str(items.fingerprint),
                                  log=lambda _: None, progress=False)

@@ -113,8 +113,8 @@ def test_bad_paper_input_is_refused_without_a_run_row(make_bad, message, shrunk_
         tok_cfg = json.loads((ckpt / "tokenizer_config.json").read_text())
         del tok_cfg["chat_template"]
         (ckpt / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
-    elif make_bad == "checkpoint_at_tiny":
-        scale = "tiny"
+    elif make_bad == "checkpoint_at_tiny":  # gsm8k has no tiny scale: the same algorithm x backbone on sudoku
+        name, scale = "d1-dream-sudoku", "tiny"
     overrides = SHORT if name == "d1-dream-gsm8k" and scale == "paper" else []
     if make_bad == "attention":
         overrides = [*overrides, "model.attention=flash_attn"]

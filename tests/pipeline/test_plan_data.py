@@ -125,7 +125,7 @@ def test_task_options_reach_training_and_evaluation(monkeypatch):
     """`task_options` configures the generator for both splits; the run's hash records it."""
     monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
     _, default = resolve("d1-llada-arith", "micro")
-    _, easy = resolve("d1-llada-arith", "micro", ["task_options.steps=1"])
+    _, easy = resolve("d1-llada-arith", "micro", ["task_options.steps=1", "task_options.max_operand=40"])
     assert default.content_hash != easy.content_hash and default.data != easy.data
     task = easy.run_task()
     assert task.steps == 1 and default.run_task().steps == 2
