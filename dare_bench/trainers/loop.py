@@ -49,7 +49,7 @@ import torch
 
 from dare_bench.catalogue.settings import algorithm_settings
 from dare_bench.errors import ConfigError
-from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
+from dare_bench.trainers.algorithms.base import CompletionGrader, RolloutBatch, get_algorithm
 from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
@@ -285,17 +285,30 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     cmask = completion_mask(comp, stop_ids)
     t_rollout = time.perf_counter() - t0
     t0 = time.perf_counter()
+    mask_id, eos_id = int(traits.mask_token_id), int(traits.eos_token_id)
+
+    def grade_row(r: int, tokens: list[int]):
+        """Row r's item graded on `tokens`: a mask id left counts as EOS (as for the rollouts), cut after the first
+        stop token, stop tokens dropped, decoded. The same function grades the rollouts and, through
+        `RolloutBatch.grader`, any other completion a plug-in asks about (MDPO's intermediate states)."""
+        kept = []
+        for t in tokens:
+            t = eos_id if t == mask_id else t
+            if t in stop_ids:
+                break
+            kept.append(t)
+        return task.grade(tokenizer.decode(kept, skip_special_tokens=True), items[idx[r // group]], grader)
+
     rewards, correct = [], []
     for r in range(comp.shape[0]):
-        n_tok = int(cmask[r].sum())
-        kept = [t for t in comp[r, :n_tok].tolist() if t not in stop_ids]
-        text = tokenizer.decode(kept, skip_special_tokens=True)
-        res = task.grade(text, items[idx[r // group]], grader)
+        res = grade_row(r, comp[r].tolist())
         rewards.append(float(res.reward))
         correct.append(float(bool(res.correct)))
     rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
     batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
-                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]))
+                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]),
+                         grader=CompletionGrader(lambda r, toks: float(grade_row(r, toks).reward),
+                                                 tuple(range(comp.shape[0]))))
     info = {"correct": correct, "unfinished": unfinished, "output": out, "time_rollout_s": t_rollout,
             "time_reward_s": time.perf_counter() - t0}
     return batch, info
