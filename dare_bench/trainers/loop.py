@@ -287,23 +287,29 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     t0 = time.perf_counter()
     mask_id, eos_id = int(traits.mask_token_id), int(traits.eos_token_id)
 
-    def grade_row(r: int, tokens: list[int]):
-        """Row r's item graded on `tokens`: a mask id left counts as EOS (as for the rollouts), cut after the first
-        stop token, stop tokens dropped, decoded. The same function grades the rollouts and, through
-        `RolloutBatch.grader`, any other completion a plug-in asks about (MDPO's intermediate states)."""
+    def row_text(tokens: list[int]) -> str:
+        """What is graded of a row's tokens: a mask id left counts as EOS (as for the rollouts), cut after the first
+        stop token, stop tokens dropped, decoded. The rollouts and, through `RolloutBatch.grader`, any other
+        completion a plug-in asks about (MDPO's intermediate states) are graded on the same text."""
         kept = []
         for t in tokens:
             t = eos_id if t == mask_id else t
             if t in stop_ids:
                 break
             kept.append(t)
-        return task.grade(tokenizer.decode(kept, skip_special_tokens=True), items[idx[r // group]], grader)
+        return tokenizer.decode(kept, skip_special_tokens=True)
 
-    rewards, correct = [], []
-    for r in range(comp.shape[0]):
-        res = grade_row(r, comp[r].tolist())
-        rewards.append(float(res.reward))
-        correct.append(float(bool(res.correct)))
+    def grade_row(r: int, tokens: list[int]):
+        return task.grade(row_text(tokens), items[idx[r // group]], grader)
+
+    # the whole batch at once: code tasks grade concurrently, a program repeated in a group reaches the sandbox once
+    texts = [row_text(row) for row in comp.tolist()]
+    row_items = [items[idx[r // group]] for r in range(comp.shape[0])]
+    grade_many = getattr(task, "grade_many", None)
+    results = (grade_many(texts, row_items, grader) if grade_many is not None
+               else [task.grade(t, it, grader) for t, it in zip(texts, row_items)])
+    rewards = [float(res.reward) for res in results]
+    correct = [float(bool(res.correct)) for res in results]
     rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
     batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
                          trajectories=_split_trajectory(out.trajectory, comp.shape[0]),
