@@ -123,12 +123,6 @@ class VrpoKnobs(Knobs):
 
 # RL algorithms whose reproductions exist but whose plug-ins do not yet: their knobs are validated so the YAMLs
 # stay typo-free, and reproducing them fails in the plug-in lookup ("unknown algorithm").
-class MdpoKnobs(Knobs):
-    top_k_steps: int | None = Field(None, gt=0, description="train only on the K steps with largest |advantage|")
-    confidence_weighting: bool = True
-    std_normalise: bool = True
-
-
 class DtreerpoKnobs(Knobs):
     self_distillation: bool = True
 
@@ -138,7 +132,6 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("sft", "sft", NoKnobs),
     AlgorithmSpec("lora", "sft", NoKnobs),
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
-    AlgorithmSpec("mdpo", "rl", MdpoKnobs),
     AlgorithmSpec("dtreerpo", "rl", DtreerpoKnobs),
 )
 

@@ -49,7 +49,7 @@ import torch
 
 from dare_bench.catalogue.settings import algorithm_settings
 from dare_bench.errors import ConfigError
-from dare_bench.trainers.algorithms.base import RolloutBatch, get_algorithm
+from dare_bench.trainers.algorithms.base import CompletionGrader, RolloutBatch, get_algorithm
 from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
@@ -285,17 +285,36 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     cmask = completion_mask(comp, stop_ids)
     t_rollout = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rewards, correct = [], []
-    for r in range(comp.shape[0]):
-        n_tok = int(cmask[r].sum())
-        kept = [t for t in comp[r, :n_tok].tolist() if t not in stop_ids]
-        text = tokenizer.decode(kept, skip_special_tokens=True)
-        res = task.grade(text, items[idx[r // group]], grader)
-        rewards.append(float(res.reward))
-        correct.append(float(bool(res.correct)))
+    mask_id, eos_id = int(traits.mask_token_id), int(traits.eos_token_id)
+
+    def row_text(tokens: list[int]) -> str:
+        """What is graded of a row's tokens: a mask id left counts as EOS (as for the rollouts), cut after the first
+        stop token, stop tokens dropped, decoded. The rollouts and, through `RolloutBatch.grader`, any other
+        completion a plug-in asks about (MDPO's intermediate states) are graded on the same text."""
+        kept = []
+        for t in tokens:
+            t = eos_id if t == mask_id else t
+            if t in stop_ids:
+                break
+            kept.append(t)
+        return tokenizer.decode(kept, skip_special_tokens=True)
+
+    def grade_row(r: int, tokens: list[int]):
+        return task.grade(row_text(tokens), items[idx[r // group]], grader)
+
+    # the whole batch at once: code tasks grade concurrently, a program repeated in a group reaches the sandbox once
+    texts = [row_text(row) for row in comp.tolist()]
+    row_items = [items[idx[r // group]] for r in range(comp.shape[0])]
+    grade_many = getattr(task, "grade_many", None)
+    results = (grade_many(texts, row_items, grader) if grade_many is not None
+               else [task.grade(t, it, grader) for t, it in zip(texts, row_items)])
+    rewards = [float(res.reward) for res in results]
+    correct = [float(bool(res.correct)) for res in results]
     rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
     batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
-                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]))
+                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]),
+                         grader=CompletionGrader(lambda r, toks: float(grade_row(r, toks).reward),
+                                                 tuple(range(comp.shape[0]))))
     info = {"correct": correct, "unfinished": unfinished, "output": out, "time_rollout_s": t_rollout,
             "time_reward_s": time.perf_counter() - t0}
     return batch, info

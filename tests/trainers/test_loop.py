@@ -237,7 +237,7 @@ def test_every_plugin_runs_through_the_loop(name):
 
 # RL algorithms that have reproductions in the registry but no plug-in yet: `dare-bench reproduce` refuses them
 # ("unknown algorithm"). Named here so that none drops out of the tests unnoticed; remove a name when its plug-in lands.
-RL_WITHOUT_PLUGIN = {"dtreerpo", "mdpo"}
+RL_WITHOUT_PLUGIN = {"dtreerpo"}
 
 
 def _rl_reproductions():

@@ -45,6 +45,13 @@ class TrajectoryStep:
     state: torch.Tensor  # [B, T] canvas before the step
     unmasked: torch.Tensor  # bool [B, T]: positions that went from mask to a token in this step
     region_end: int  # canvas end the step's model call could see (block end for block diffusion)
+    # The step's prediction of the clean canvas (MDLM samplers only, None elsewhere): every mask position the step's
+    # model call saw filled with the token the sampler drew for it, committed or not, the rest of the canvas as it
+    # was (MDPO's intermediate "x0"; a position outside the call's window keeps its mask id). `proposal_prob`: the
+    # probability of each proposed token under the sampling distribution, softmax(logits / T) (T = 0: the argmax's
+    # softmax probability); 0 where nothing was proposed.
+    proposal: torch.Tensor | None = None  # [B, T] long
+    proposal_prob: torch.Tensor | None = None  # [B, T] float32
 
 
 @dataclass
@@ -106,14 +113,25 @@ class SamplerRun:
             self.bar.update(1)
         return model_logits(self.model, ids, **kwargs)
 
-    def record(self, state: torch.Tensor, before: torch.Tensor, after: torch.Tensor, mask_id: int, end: int):
+    def record(self, state: torch.Tensor, before: torch.Tensor, after: torch.Tensor, mask_id: int, end: int,
+               proposal: torch.Tensor | None = None, proposal_prob: torch.Tensor | None = None):
         if self.steps is not None:
             unmasked = (before == mask_id) & (after != mask_id)
-            self.steps.append(TrajectoryStep(state=state, unmasked=unmasked, region_end=end))
+            self.steps.append(TrajectoryStep(state=state, unmasked=unmasked, region_end=end, proposal=proposal,
+                                             proposal_prob=proposal_prob))
 
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+def sampling_prob(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Probability of `tokens` under softmax(logits / T) (T = 0: softmax(logits)), float32: the confidence a
+    trajectory records with its proposals (MDPO's rollout `confidence`)."""
+    lp = logits.float()
+    if temperature > 0:
+        lp = lp / temperature
+    return torch.softmax(lp, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:

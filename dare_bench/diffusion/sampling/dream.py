@@ -182,6 +182,11 @@ class DreamSettings(SamplerSettings):
         """Dream's sample_tokens on a window's logits: (alg confidence, token)."""
         return dream_sample_tokens(logits, self.temperature, self.top_p, self.top_k, self.alg, self.generator)
 
+    def proposal_prob(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Probability of the drawn tokens under Dream's (temperature / top-p / top-k filtered) distribution."""
+        probs = torch.softmax(dream_filter(logits.float(), self.temperature, self.top_p, self.top_k), dim=-1)
+        return probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
     def decode(self, model, prompt_ids, attention_mask, run: SamplerRun) -> Decoded:
         if self.official:
             return self.diffusion_generate(prompt_ids, attention_mask, run)
@@ -191,7 +196,8 @@ class DreamSettings(SamplerSettings):
             blocks=uniform_blocks(p, self.gen_length, self.block_length, self.steps, self.threshold),
             threshold=self.threshold, use_cache=self.use_cache, cfg_scale=0.0,
             window_kwargs=dream_window_kwargs(attention_mask, b_sz, p, self.gen_length, prompt_ids.device),
-            propose=self.propose, stop_at_eos=False, stop_ids=self.stop_ids, eos_id=self.eos_id)
+            propose=self.propose, stop_at_eos=False, stop_ids=self.stop_ids, eos_id=self.eos_id,
+            proposal_prob=self.proposal_prob)
 
     def diffusion_generate(self, prompt: torch.Tensor, am: torch.Tensor | None, run: SamplerRun) -> Decoded:
         """Dream `diffusion_generate` / `_sample`: every step runs the whole canvas and commits by `alg`."""
@@ -216,6 +222,7 @@ class DreamSettings(SamplerSettings):
             mask_logits = logits[mask_index]
             t, s = timesteps[i], timesteps[i + 1]
             before = x.clone() if run.recording else None
+            proposal = prob = None
             if alg == "origin":
                 p_transfer = 1 - s / t if i < steps - 1 else 1
                 x0 = torch.full((mask_logits.shape[0],), mask_id, dtype=torch.long, device=device)
@@ -224,9 +231,22 @@ class DreamSettings(SamplerSettings):
                 if bool(chosen.any()):
                     _, x0[chosen] = dream_sample_tokens(mask_logits[chosen], self.temperature, self.top_p,
                                                         self.top_k, "maskgit_plus", g)
+                if before is not None:  # only the chosen positions drew a token
+                    proposal = before.clone()
+                    proposal[mask_index] = x0
+                    prob = torch.zeros(before.shape, dtype=torch.float32, device=device)
+                    if bool(chosen.any()):
+                        drawn = torch.zeros(x0.shape, dtype=torch.float32, device=device)
+                        drawn[chosen] = self.proposal_prob(mask_logits[chosen], x0[chosen])
+                        prob[mask_index] = drawn
                 x[mask_index] = x0
             else:
                 conf, x0 = dream_sample_tokens(mask_logits, self.temperature, self.top_p, self.top_k, alg, g)
+                if before is not None:
+                    proposal = before.clone()
+                    proposal[mask_index] = x0
+                    prob = torch.zeros(before.shape, dtype=torch.float32, device=device)
+                    prob[mask_index] = self.proposal_prob(mask_logits, x0)
                 # batch-mean mask count (float32) and int() truncation, as upstream: a row that commits the mask
                 # token changes the other rows' quotas
                 n_mask = mask_index.sum() / mask_index.shape[0]
@@ -244,7 +264,7 @@ class DreamSettings(SamplerSettings):
                     rows = torch.arange(b_sz, device=device).unsqueeze(1).expand_as(idx)
                     x[rows, idx] = x_[rows, idx]
             if before is not None:
-                run.record(before, before, x, mask_id, length)
+                run.record(before, before, x, mask_id, length, proposal=proposal, proposal_prob=prob)
         traj = None
         if run.steps is not None:
             traj = Trajectory(steps=run.steps, prompt_length=p, kind="mdlm", mask_id=mask_id, logit_shift=1,

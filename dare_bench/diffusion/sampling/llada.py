@@ -36,6 +36,7 @@ from dare_bench.diffusion.sampling.core import (
     Trajectory,
     check_int,
     register_sampler,
+    sampling_prob,
     uniform,
 )
 from dare_bench.errors import SamplerError
@@ -46,6 +47,8 @@ MDLM_CACHES = ("none", "prefix", "dual")
 
 # (confidence [B, W], proposed token [B, W]) for logits [B, W, V] of a canvas window, at step index `step_i`
 Propose = Callable[[torch.Tensor, int], "tuple[torch.Tensor, torch.Tensor]"]
+# probability [B, W] of the proposed tokens [B, W] under the sampling distribution of logits [B, W, V]
+ProposalProb = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # model-call keyword arguments (padding mask / positions) for canvas window [w0, w1)
 WindowKwargs = Callable[[int, int], dict]
 
@@ -138,10 +141,11 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, generator) -> torch.
 def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int, gen_length: int,
                    blocks: list[SemiARBlock], threshold: float | None, use_cache: str, cfg_scale: float,
                    window_kwargs: WindowKwargs, propose: Propose, stop_at_eos: bool, stop_ids: tuple[int, ...],
-                   eos_id: int) -> Decoded:
+                   eos_id: int, proposal_prob: ProposalProb | None = None) -> Decoded:
     """The semi-AR block loop of LLaDA `generate` / Fast-dLLM: per block, each step commits the top-confidence
     masked positions of the block (a fixed quota, or every one above `threshold`), with optional prefix / dual
-    cache and classifier-free guidance."""
+    cache and classifier-free guidance. With `proposal_prob` a recorded trajectory also keeps each step's proposal
+    (the drawn token of every mask position of the step's window) and its sampling probability."""
     b_sz, p = prompt.shape
     length = p + gen_length
     device = prompt.device
@@ -192,9 +196,15 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
                 if k > 0:
                     transfer[j, torch.topk(conf[j], k=k).indices] = True
         before = x.clone() if run.recording else None
+        proposal = prob = None
+        if before is not None and proposal_prob is not None:
+            proposal = before.clone()
+            proposal[:, w0:w1] = x0
+            prob = torch.zeros(before.shape, dtype=torch.float32, device=before.device)
+            prob[:, w0:w1] = torch.where(mask_index, proposal_prob(logits, x0), 0.0)
         window[transfer] = x0[transfer]
         if before is not None:
-            run.record(before, before, x, mask_id, length)
+            run.record(before, before, x, mask_id, length, proposal=proposal, proposal_prob=prob)
 
     for block in blocks:
         start, end = block.start, block.end
@@ -384,10 +394,17 @@ class LladaSettings(SamplerSettings):
             conf = uniform((x0.shape[0], x0.shape[1]), torch.float32, x0.device, self.generator)
         return conf, x0
 
+    def proposal_prob(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Probability of the drawn tokens under the distribution `propose` samples from (Gumbel-max at T)."""
+        if self.logits_eos_inf:
+            logits = logits.clone()
+            logits[..., self.eos_id] = -torch.inf
+        return sampling_prob(logits, tokens, self.temperature)
+
     def decode(self, model, prompt_ids, attention_mask, run: SamplerRun) -> Decoded:
         return semi_ar_decode(model, prompt_ids, run, mask_id=self.mask_id, gen_length=self.gen_length,
                               blocks=self.blocks(prompt_ids.shape[1]), threshold=self.threshold,
                               use_cache=self.use_cache, cfg_scale=self.cfg_scale,
                               window_kwargs=llada_window_kwargs(attention_mask, self.gen_length),
                               propose=self.propose, stop_at_eos=self.stop_at_eos, stop_ids=self.stop_ids,
-                              eos_id=self.eos_id)
+                              eos_id=self.eos_id, proposal_prob=self.proposal_prob)

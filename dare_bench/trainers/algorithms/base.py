@@ -33,6 +33,10 @@ Refinements made with the shared loop (all backwards compatible):
   from the catalogue.
 - Masks / noise drawn in `prepare` must be drawn for the whole batch there (not per micro-batch in `backward`), so a
   run's numbers do not depend on the micro-batch size.
+- `RolloutBatch.grader` (a `CompletionGrader`): the reward of any completion token sequence of a row, graded exactly
+  as the loop graded the rollouts (cut at the first stop token, decoded, the task's grader on that row's item).
+  The loop attaches it to every batch; a plug-in that rewards intermediate states (MDPO: the proposal of every
+  denoising step) calls `batch.grader(completions [n, C])` in `prepare`. `select` keeps it row-aligned.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from pydantic import BaseModel, ValidationError
@@ -48,6 +52,27 @@ from pydantic import BaseModel, ValidationError
 from dare_bench.catalogue.settings import AlgorithmConfig
 from dare_bench.errors import ConfigError
 from dare_bench.models.base import ModelTraits
+
+
+@dataclass
+class CompletionGrader:
+    """Rewards of arbitrary completions of a batch's rows: `grader(completions [n, C])` -> float32 `[n]`, row i of
+    `completions` graded against the item of this view's row i. `grade_row(row, token_ids)` is the loop's grading
+    of one row of the original batch; `rows` maps this view's rows to the original batch's."""
+
+    grade_row: Callable[[int, list[int]], float]
+    rows: tuple[int, ...]
+
+    def __call__(self, completions: torch.Tensor) -> torch.Tensor:
+        if completions.dim() != 2 or completions.shape[0] != len(self.rows):
+            raise ValueError(f"grader: expected [{len(self.rows)}, C] completions, got {tuple(completions.shape)}")
+        ids = completions.tolist()
+        return torch.tensor([float(self.grade_row(r, ids[i])) for i, r in enumerate(self.rows)],
+                            dtype=torch.float32, device=completions.device)
+
+    def select(self, rows: slice | list[int]) -> "CompletionGrader":
+        picked = self.rows[rows] if isinstance(rows, slice) else tuple(self.rows[i] for i in rows)
+        return CompletionGrader(self.grade_row, tuple(picked))
 
 
 @dataclass
@@ -61,6 +86,7 @@ class RolloutBatch:
     rewards: torch.Tensor  # [N] float
     group_size: int
     trajectories: list[Any] | None = None  # per row, from the sampler when `Algorithm.needs_trajectory`
+    grader: CompletionGrader | None = None  # rewards of other completions of these rows (the loop's grading)
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -79,11 +105,12 @@ class RolloutBatch:
         traj = None
         if self.trajectories is not None:
             traj = self.trajectories[rows] if isinstance(rows, slice) else [self.trajectories[i] for i in idx]
+        grader = None if self.grader is None else self.grader.select(rows if isinstance(rows, slice) else idx)
         return replace(
             self,
             prompt_ids=self.prompt_ids[rows], prompt_mask=self.prompt_mask[rows],
             completion_ids=self.completion_ids[rows], completion_mask=self.completion_mask[rows],
-            rewards=self.rewards[rows], trajectories=traj,
+            rewards=self.rewards[rows], trajectories=traj, grader=grader,
         )
 
 
@@ -214,6 +241,6 @@ def _pydantic_message(exc: ValidationError, model: type[BaseModel]) -> str:
 
 
 __all__ = [
-    "Algorithm", "AlgorithmConfig", "AlgorithmState", "RolloutBatch", "register_algorithm", "get_algorithm",
+    "Algorithm", "AlgorithmConfig", "AlgorithmState", "CompletionGrader", "RolloutBatch", "register_algorithm", "get_algorithm",
     "list_algorithms", "ALGORITHMS",
 ]
