@@ -241,6 +241,6 @@ def _pydantic_message(exc: ValidationError, model: type[BaseModel]) -> str:
 
 
 __all__ = [
-    "Algorithm", "AlgorithmConfig", "AlgorithmState", "CompletionGrader", "RolloutBatch", "register_algorithm", "get_algorithm",
-    "list_algorithms", "ALGORITHMS",
+    "Algorithm", "AlgorithmConfig", "AlgorithmState", "CompletionGrader", "RolloutBatch", "register_algorithm",
+    "get_algorithm", "list_algorithms", "ALGORITHMS",
 ]
