@@ -28,6 +28,18 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.delenv("DARE_BENCH_DB", raising=False)
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: the tiny models' small matmuls run ~10x faster on one thread than on two
+    on a shared 2-core machine. A module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

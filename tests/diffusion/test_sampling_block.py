@@ -12,13 +12,7 @@ from dare_bench.diffusion.sampling import generate, replay_trajectory
 from dare_bench.errors import SamplerError
 from dare_bench.models.layers import block_causal_mask
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _model(preset):

@@ -21,14 +21,7 @@ from dare_bench.trainers.loop import TIMING_KEYS, RLRunOptions, train_rl
 
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The RL loop's tiny matmuls run ~10x faster on one thread than on two on this shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -12,14 +12,7 @@ from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_alg
 from rl_fakes import EOS, MASK, PAD, micro_llada
 from testpaths import LOSSES
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The RL loop's tiny matmuls run ~10x faster on one thread than on two on this shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                      attention="bidirectional")

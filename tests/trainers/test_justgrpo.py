@@ -15,13 +15,7 @@ from dare_bench.trainers.algorithms.justgrpo import chunk_agg, position_chunks
 
 from rl_fakes import EOS, MASK, PAD, micro_llada
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
