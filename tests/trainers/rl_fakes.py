@@ -33,6 +33,22 @@ def micro_llada(seed: int = 0, **overrides):
     return model
 
 
+def micro_dream(seed: int = 0):
+    """A 1-layer Dream (shifted logits) with the same 16-token vocabulary, seeded init."""
+    from dare_bench.models.dream import adapt_vocab
+    from dare_bench.models.io import build_model
+    from dare_bench.models.presets import preset_config
+
+    cfg = adapt_vocab(preset_config("tiny-dream", num_hidden_layers=1, hidden_size=32, intermediate_size=64,
+                                    num_attention_heads=2, num_key_value_heads=1),
+                      vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+    model = build_model(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.init_weights()
+    return model
+
+
 def micro_sdar(seed: int = 0, **overrides):
     """A 1-layer SDAR (block diffusion, block size 4) with the same 16-token vocabulary, seeded init."""
     from dare_bench.models.families import detect_family

@@ -17,7 +17,7 @@ from dare_bench.trainers.algorithms import RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.bgpo import elbo_layout
 from dare_bench.trainers.algorithms.espo import espo_kl, espo_policy_loss, masked_sequence_mean
 
-from rl_fakes import EOS, MASK, PAD, micro_llada, toy_rollout_batch
+from rl_fakes import EOS, MASK, PAD, micro_dream, micro_llada, toy_rollout_batch
 from testpaths import LOSSES
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
@@ -299,17 +299,7 @@ def test_micro_training_step_finite_gradients():
 
 def test_dream_backbone_step():
     """The official repo also trains Dream (shifted logits, `recipes/run_demo_dream.sh`): a micro Dream step."""
-    from dare_bench.models.dream import adapt_vocab
-    from dare_bench.models.io import build_model
-    from dare_bench.models.presets import preset_config
-
-    cfg = adapt_vocab(preset_config("tiny-dream", num_hidden_layers=1, hidden_size=32, intermediate_size=64,
-                                    num_attention_heads=2, num_key_value_heads=1),
-                      vocab_size=16, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-    model = build_model(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model.init_weights()
+    model = micro_dream(0)
     assert model.traits.logit_shift == 1
     algo = get_algorithm("espo")({"mc_samples": 2}, model.traits)
     batch = _batch()

@@ -16,7 +16,7 @@ from dare_bench.trainers.algorithms.base import CompletionGrader
 from dare_bench.trainers.algorithms.mdpo import select_steps, step_advantages, step_loss, step_scores
 from dare_bench.trainers.loop import _split_trajectory
 
-from rl_fakes import EOS, MASK, PAD, micro_llada
+from rl_fakes import EOS, MASK, PAD, micro_dream, micro_llada
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                      attention="bidirectional")
@@ -202,17 +202,7 @@ def test_micro_batches_sum_to_the_full_batch():
 # the official diffusion_generate (alg origin / entropy, DARE's Dream MDPO conf_alg), Fast-dLLM blocks
 @pytest.mark.parametrize("block_length, alg", [(None, None), (None, "entropy"), (4, "entropy")])
 def test_dream_records_proposals_and_trains(block_length, alg):
-    from dare_bench.models.dream import adapt_vocab
-    from dare_bench.models.io import build_model
-    from dare_bench.models.presets import preset_config
-
-    cfg = adapt_vocab(preset_config("tiny-dream", num_hidden_layers=1, hidden_size=32, intermediate_size=64,
-                                    num_attention_heads=2, num_key_value_heads=1),
-                      vocab_size=16, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-    model = build_model(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model.init_weights()
+    model = micro_dream(0)
     prompt = torch.randint(0, 10, (4, 5), generator=torch.Generator().manual_seed(0))
     extra = {} if block_length is None else {"block_length": block_length}
     if alg is not None:

@@ -12,7 +12,7 @@ from dare_bench.models.base import ModelTraits
 from dare_bench.trainers.algorithms import AlgorithmState, RolloutBatch, get_algorithm
 from dare_bench.trainers.algorithms.spg import spg_policy_loss, spg_sequence_logps
 
-from rl_fakes import EOS, MASK, PAD, micro_llada, toy_rollout_batch
+from rl_fakes import EOS, MASK, PAD, micro_dream, micro_llada, toy_rollout_batch
 from testpaths import LOSSES
 
 TRAITS = ModelTraits(family="llada", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
@@ -197,17 +197,7 @@ def test_micro_training_step(backbone):
     if backbone == "llada":
         model = micro_llada(0)
     else:
-        from dare_bench.models.dream import adapt_vocab
-        from dare_bench.models.io import build_model
-        from dare_bench.models.presets import preset_config
-
-        cfg = adapt_vocab(preset_config("tiny-dream", num_hidden_layers=1, hidden_size=32, intermediate_size=64,
-                                        num_attention_heads=2, num_key_value_heads=1),
-                          vocab_size=16, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-        model = build_model(cfg)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model.init_weights()
+        model = micro_dream(0)
     algo = get_algorithm("spg")({"mask_block_length": 4}, model.traits)
     batch = _batch()
     adv = algo.advantages(batch.rewards, batch.group_size)
