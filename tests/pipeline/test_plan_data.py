@@ -133,3 +133,11 @@ def test_task_options_reach_training_and_evaluation(monkeypatch):
     from dare_bench.tasks import get_task
 
     assert get_task("arith").steps == 2  # the registered instance is not changed
+
+
+def test_the_result_carries_the_entry_s_primary_metric():
+    """The summaries and the per-seed table read `ReproduceResult.metric`: pyfunc's is pass@1, not accuracy."""
+    from dare_bench.pipeline import reproduce
+
+    assert reproduce("d1-llada-pyfunc", "micro", dry_run=True, log=lambda _: None).metric == "pass@1"
+    assert reproduce("d1-llada-arith", "micro", dry_run=True, log=lambda _: None).metric == "accuracy"
