@@ -48,9 +48,10 @@ from dare_bench.tasks.base import SPLITS, Item, TaskDataset, sha256_items
 from dare_bench.tasks.gsm8k import GSM8KTask
 
 STEPS_RANGE = (1, 4)
-MAX_OPERAND_RANGE = (9, 99)
+MAX_OPERAND_RANGE = (4, 99)
 DEFAULT_STEPS = 2
 DEFAULT_MAX_OPERAND = 20
+DEFAULT_OPS = "+-*/"
 MAX_VALUE = 999       # every running total stays in 1..MAX_VALUE (three digits at most)
 TEST_BUCKETS = 10     # a problem is a test problem iff sha256(key) % TEST_BUCKETS == 0
 MAX_MISSES = 20000    # consecutive unusable draws before the generator says the problem space is too small
@@ -91,10 +92,14 @@ def split_of(key: str) -> str:
     return "test" if int(hashlib.sha256(key.encode()).hexdigest(), 16) % TEST_BUCKETS == 0 else "train"
 
 
-def check_knobs(steps: Any, max_operand: Any) -> None:
+def check_knobs(steps: Any, max_operand: Any, ops: Any = DEFAULT_OPS) -> None:
     for name, value, (lo, hi) in (("steps", steps, STEPS_RANGE), ("max_operand", max_operand, MAX_OPERAND_RANGE)):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ConfigError(f"arith: {name} must be an integer in {lo}..{hi}, got {value!r}")
+    if (not isinstance(ops, str) or not ops or len(set(ops)) != len(ops) or not set(ops) <= set(_OPS)
+            or not set(ops) & set("+*")):
+        # "+" or "*" keeps a draw from getting stuck at 1 ("-" and "/" cannot leave it)
+        raise ConfigError(f"arith: ops must be distinct characters of {_OPS!r} including '+' or '*', got {ops!r}")
 
 
 def _choices(value: int, op: str, max_operand: int) -> range:
@@ -108,16 +113,21 @@ def _choices(value: int, op: str, max_operand: int) -> range:
     return range(2, min(max_operand, value) + 1)  # "/": exactness is checked by the caller
 
 
-def random_problem(rng: random.Random, steps: int, max_operand: int) -> tuple[int, list[tuple[str, int]]]:
+def random_problem(rng: random.Random, steps: int, max_operand: int,
+                   allowed: str = DEFAULT_OPS) -> tuple[int, list[tuple[str, int]]] | None:
+    """One random problem, or None when the draw reaches a total no allowed operation can leave (e.g. ``*`` alone
+    past 999 // 2): the caller counts that as a miss."""
     start = rng.randint(1, max_operand)
     value, ops = start, []
     for _ in range(steps):
         options = []
-        for op in _OPS:
+        for op in allowed:
             bs = [b for b in _choices(value, op, max_operand) if op != "/" or value % b == 0]
             if bs:
                 options.append((op, bs))
-        op, bs = rng.choice(options)  # never empty: "+" works below MAX_VALUE, "-" at it
+        if not options:
+            return None
+        op, bs = rng.choice(options)
         b = rng.choice(bs)
         ops.append((op, b))
         value = apply_op(value, op, b)
@@ -125,11 +135,12 @@ def random_problem(rng: random.Random, steps: int, max_operand: int) -> tuple[in
 
 
 def generate_arith(n: int, seed: int = 0, split: str = "test", steps: int = DEFAULT_STEPS,
-                   max_operand: int = DEFAULT_MAX_OPERAND,
-                   at_most: bool = False) -> list[tuple[int, list[tuple[str, int]], str, str]]:
+                   max_operand: int = DEFAULT_MAX_OPERAND, at_most: bool = False,
+                   ops: str = DEFAULT_OPS) -> list[tuple[int, list[tuple[str, int]], str, str]]:
     """``n`` distinct problems of ``split``: ``[(start, ops, name, things), ...]``. ``at_most``: fewer when the
-    setting has fewer distinct problems (a small space: single-digit operands), instead of a ConfigError."""
-    check_knobs(steps, max_operand)
+    setting has fewer distinct problems (a small space: single-digit operands), instead of a ConfigError. ``ops``:
+    the operations a problem may use (a subset of ``"+-*/"``)."""
+    check_knobs(steps, max_operand, ops)
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -143,15 +154,20 @@ def generate_arith(n: int, seed: int = 0, split: str = "test", steps: int = DEFA
             if at_most:
                 break
             raise ConfigError(f"arith: could not draw {n} distinct {split} problems with steps={steps}, "
-                              f"max_operand={max_operand} (found {len(out)}); ask for fewer or a harder setting")
-        start, ops = random_problem(rng, steps, max_operand)
-        key = problem_key(start, ops)
+                              f"max_operand={max_operand}, ops={ops!r} (found {len(out)}); ask for fewer or a "
+                              f"harder setting")
+        drawn = random_problem(rng, steps, max_operand, ops)
+        if drawn is None:
+            misses += 1
+            continue
+        start, chosen = drawn
+        key = problem_key(start, chosen)
         if key in seen or split_of(key) != split:
             misses += 1
             continue
         misses = 0
         seen.add(key)
-        out.append((start, ops, rng.choice(_NAMES), rng.choice(_THINGS)))
+        out.append((start, chosen, rng.choice(_NAMES), rng.choice(_THINGS)))
     return out
 
 
@@ -191,12 +207,13 @@ class ArithTask(GSM8KTask):
     hf_hint = ""
     has_generator = True
 
-    option_defaults = {"steps": DEFAULT_STEPS, "max_operand": DEFAULT_MAX_OPERAND}
+    option_defaults = {"steps": DEFAULT_STEPS, "max_operand": DEFAULT_MAX_OPERAND, "ops": DEFAULT_OPS}
     steps = DEFAULT_STEPS  # the generator's defaults; a reproduction sets them with `task_options`
     max_operand = DEFAULT_MAX_OPERAND
+    ops = DEFAULT_OPS
 
     def check_options(self, options: dict[str, Any]) -> None:
-        check_knobs(options["steps"], options["max_operand"])
+        check_knobs(options["steps"], options["max_operand"], options["ops"])
 
     def default_generated_size(self, split: str) -> int:
         return 500 if split == "test" else 20000
@@ -218,14 +235,18 @@ class ArithTask(GSM8KTask):
         return replace(item, extra={**item.extra, "data_source": "arith"})
 
     def generate(self, n: int, seed: int = 0, split: str = "test", steps: int | None = None,
-                 max_operand: int | None = None) -> TaskDataset:
+                 max_operand: int | None = None, ops: str | None = None) -> TaskDataset:
         steps = self.steps if steps is None else steps
         max_operand = self.max_operand if max_operand is None else max_operand
-        # the default training set is "up to 20000": a small space (single-digit operands) gives all it has
-        at_most = split == "train" and n == self.default_generated_size("train")
-        problems = generate_arith(n, seed, split, steps, max_operand, at_most=at_most)
+        ops = self.ops if ops is None else ops
+        # the default training set is "up to 20000" and a test set "up to n" (the evaluation's `limit` is a cap, as
+        # on a file): a small space (single-digit operands, few operations) gives all it has
+        at_most = split == "test" or n == self.default_generated_size("train")
+        problems = generate_arith(n, seed, split, steps, max_operand, at_most=at_most, ops=ops)
         items = [self.make_item(i, *p, split) for i, p in enumerate(problems)]
-        source = f"generator:arith(seed={seed},n={n},steps={steps},max_operand={max_operand})"
+        # the source names ops only when it is not the default, so the default datasets' sources stay as they were
+        ops_part = "" if ops == DEFAULT_OPS else f",ops={ops}"
+        source = f"generator:arith(seed={seed},n={n},steps={steps},max_operand={max_operand}{ops_part})"
         return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))
 
     def plain_prompt(self, item: Item) -> str:

@@ -9,11 +9,15 @@ a string — composed of ``difficulty`` operations (1..3), e.g. ``x*3+1``, ``sum
 ``s.count('a')+2``. The spec is the docstring: two input/output examples with different outputs. Hidden tests: four
 asserts on other inputs. Gold: ``def f(x):return <expr>``.
 
-Splits never share a problem: a function's *behaviour* (its outputs on fixed probe inputs) is hashed into 4
-buckets; bucket 0 is ``test``, the rest ``train``, whatever the seed — so two spellings of one function (``x+2-1``,
-``x+1``) land in the same split, and so does one code text (the argument's name differs by input type). Within a
-split a function may repeat (with other examples / name): at difficulty 1 there are 84 non-trivial functions, 21 of
-them in ``test``.
+Splits never share a problem. By default (``unseen_functions=True``) they never share a *function*: a function's
+behaviour (its outputs on fixed probe inputs) is hashed into 4 buckets; bucket 0 is ``test``, the rest ``train``,
+whatever the seed — so two spellings of one function (``x+2-1``, ``x+1``) land in the same split, and so does one code
+text (the argument's name differs by input type). Within a split a function may repeat (with other examples / name):
+at difficulty 1 there are 84 non-trivial functions, 21 of them in ``test``. Writing a function never seen in
+training from two examples is program induction, out of a tiny replica's reach (0 of 256 at every SFT step scanned);
+``unseen_functions=False`` splits by *problem* instead — the hash of (behaviour, example and hidden-test inputs) —
+so the test asks for known functions on new inputs: the model must tell from two new examples which function it is,
+and write it.
 
 Graders: ``dare`` (DARE's MBPP harness: code extraction, its import preamble, asserts appended, 1 s per assert) and
 ``strict`` (the named function must be defined; asserts only). Reward = pass/fail as in DARE's code reward: 1.0 iff
@@ -202,10 +206,25 @@ def check_difficulty(difficulty: Any) -> int:
     return difficulty
 
 
-def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int = 1) -> list[dict[str, Any]]:
+def check_unseen_functions(unseen_functions: Any) -> bool:
+    if not isinstance(unseen_functions, bool):
+        raise ConfigError(f"pyfunc unseen_functions must be true or false, got {unseen_functions!r}")
+    return unseen_functions
+
+
+def problem_split(fn: Function, inputs: list[Any]) -> str:
+    """The split of one problem when functions may be shared: a pure function of its behaviour and inputs."""
+    key = json.dumps([fn.signature(), inputs])
+    return "test" if int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % TEST_BUCKETS == 0 else "train"
+
+
+def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int = 1,
+                    unseen_functions: bool = True) -> list[dict[str, Any]]:
     """``n`` problems of ``split``: dicts with name, docstring, tests (assert strings), solution, expr, family,
-    difficulty and ops (indices into ``OPS``: ``compose(family, [OPS[i] for i in ops])`` rebuilds the function)."""
+    difficulty and ops (indices into ``OPS``: ``compose(family, [OPS[i] for i in ops])`` rebuilds the function).
+    ``unseen_functions``: the splits share no function (default), else they share no problem (module docstring)."""
     check_difficulty(difficulty)
+    check_unseen_functions(unseen_functions)
     if split not in ("train", "test"):
         raise ConfigError(f"unknown split {split!r}; use train or test")
     rng = random.Random(f"pyfunc:{seed}:{split}:{difficulty}")
@@ -216,10 +235,10 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
         if attempts > 100 * n + 1000:
             raise DataError(f"cannot draw {n} pyfunc {split} problems at difficulty {difficulty}")
         fn = random_function(rng, difficulty)
-        if fn.trivial() or fn.split() != split:
+        if fn.trivial() or (unseen_functions and fn.split() != split):
             continue
         inputs = _draw_inputs(rng, fn)
-        if inputs is None:
+        if inputs is None or (not unseen_functions and problem_split(fn, inputs) != split):
             continue
         name = rng.choice(NAMES)
         calls = [(f"{name}({literal(x)})", literal(fn(x))) for x in inputs]
@@ -247,10 +266,12 @@ class PyFuncTask(Task):
     hf_hint = "<none: procedural (dare-bench)>"
     #: default number of composed operations for ``generate`` / ``load``; a reproduction sets it with `task_options`
     difficulty = 1
-    option_defaults = {"difficulty": 1}
+    unseen_functions = True
+    option_defaults = {"difficulty": 1, "unseen_functions": True}
 
     def check_options(self, options: dict[str, Any]) -> None:
         check_difficulty(options["difficulty"])
+        check_unseen_functions(options["unseen_functions"])
 
     def build_graders(self) -> dict[str, GraderFn]:
         return {"dare": _grade_dare, "strict": strict.grade_mbpp}
@@ -285,11 +306,14 @@ class PyFuncTask(Task):
         if "docstring" not in item.extra:
             raise DataError(f"pyfunc item {item.index}: needs extra_info.docstring")
 
-    def generate(self, n: int, seed: int = 0, split: str = "test", difficulty: int | None = None) -> TaskDataset:
+    def generate(self, n: int, seed: int = 0, split: str = "test", difficulty: int | None = None,
+                 unseen_functions: bool | None = None) -> TaskDataset:
         difficulty = check_difficulty(self.difficulty if difficulty is None else difficulty)
-        problems = generate_pyfunc(n, seed=seed, split=split, difficulty=difficulty)
+        unseen = self.unseen_functions if unseen_functions is None else check_unseen_functions(unseen_functions)
+        problems = generate_pyfunc(n, seed=seed, split=split, difficulty=difficulty, unseen_functions=unseen)
         items = [self.make_item(i, p, split) for i, p in enumerate(problems)]
-        source = f"generator:pyfunc(seed={seed},n={n},difficulty={difficulty})"
+        # named only when not the default, so the default datasets keep their sources
+        source = f"generator:pyfunc(seed={seed},n={n},difficulty={difficulty}{'' if unseen else ',unseen_functions=False'})"
         return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))
 
     def plain_prompt(self, item: Item) -> str:

@@ -57,24 +57,43 @@ def test_train_and_test_never_share_a_problem(steps):
     assert all(split_of(k) == "test" for k in test) and all(split_of(k) == "train" for k in train)
 
 
+def test_ops_restricts_the_operations_and_keeps_the_splits_apart(task):
+    for ops in ("+-", "*", "+/"):
+        train = task.generate(200, seed=0, split="train", steps=3, max_operand=9, ops=ops)
+        test = task.generate(20, seed=0, split="test", steps=3, max_operand=9, ops=ops)
+        for it in [*train, *test]:
+            assert {op for op, _ in parse_key(it.extra["problem"])[1]} <= set(ops)
+        assert not {it.extra["problem"] for it in train} & {it.extra["problem"] for it in test}
+    default = task.generate(3, seed=0)
+    assert "ops=" not in default.source  # the default datasets keep their sources
+    assert "ops=+-" in task.generate(3, seed=0, ops="+-").source
+    assert task.with_options({"ops": "+-"}).generate(5, seed=0).fingerprint == task.generate(5, seed=0, ops="+-").fingerprint
+
+
 def _keys(problems) -> set[str]:
     return {problem_key(start, ops) for start, ops, _, _ in problems}
 
 
 def test_difficulty_knobs_and_their_bounds(task):
     for steps in (1, 4):
-        for max_operand in (9, 99):
-            for it in task.generate(5, seed=1, steps=steps, max_operand=max_operand):
+        for max_operand in (4, 99):
+            for it in task.generate(2, seed=1, steps=steps, max_operand=max_operand):
                 _, ops = parse_key(it.extra["problem"])
                 assert len(ops) == steps and all(1 <= n <= max_operand for _, n in ops)
-    for kw in ({"steps": 0}, {"steps": 5}, {"steps": 2.0}, {"steps": True}, {"max_operand": 8},
+    for kw in ({"steps": 0}, {"steps": 5}, {"steps": 2.0}, {"steps": True}, {"max_operand": 3},
                {"max_operand": 100}, {"max_operand": "20"}):
         with pytest.raises(ConfigError, match="arith: (steps|max_operand) must be an integer in"):
             task.generate(3, seed=0, **kw)
+    for ops in ("", "-/", "++", "+x", 1):
+        with pytest.raises(ConfigError, match="arith: ops must be distinct characters"):
+            task.generate(3, seed=0, ops=ops)
     with pytest.raises(ConfigError, match="unknown split"):
         task.generate(3, split="dev")
-    with pytest.raises(ConfigError, match="could not draw 10000 distinct test problems"):
-        task.generate(10000, split="test", steps=1, max_operand=9)  # the space is too small: one clear error
+    with pytest.raises(ConfigError, match="could not draw 10000 distinct train problems"):
+        task.generate(10000, split="train", steps=1, max_operand=9)  # the space is too small: one clear error
+    # a test set is "at most n", as an evaluation limit is on a file: the small space gives all it has
+    small = task.generate(10000, split="test", steps=1, max_operand=9)
+    assert 0 < len(small) < 10000 and len(small) == len(task.generate(20000, split="test", steps=1, max_operand=9))
 
 
 def test_gold_answers_grade_correct_with_every_grader_and_wrong_ones_wrong(task):

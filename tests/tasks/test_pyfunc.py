@@ -47,6 +47,21 @@ def test_train_and_test_never_share_a_problem(difficulty):
     assert {p["family"] for p in test} == {"int", "list", "str"}
 
 
+def test_shared_functions_split_by_problem_and_never_share_one():
+    train = generate_pyfunc(3000, seed=0, split="train", difficulty=1, unseen_functions=False)
+    test = generate_pyfunc(300, seed=1, split="test", difficulty=1, unseen_functions=False)
+    # no problem (function + hidden-test inputs, whatever the function's name) is in both splits ...
+    problem = lambda p: (p["expr"], tuple(t.split("(", 1)[1] for t in p["tests"]))  # noqa: E731
+    assert {problem(p) for p in train}.isdisjoint({problem(p) for p in test})
+    # ... while the test functions are (mostly) functions the training split has
+    assert len({p["expr"] for p in test} & {p["expr"] for p in train}) >= 0.9 * len({p["expr"] for p in test})
+    task = TASK.with_options({"unseen_functions": False})
+    ds = task.generate(5, seed=0)
+    assert "unseen_functions=False" in ds.source and "unseen_functions" not in TASK.generate(5, seed=0).source
+    with pytest.raises(ConfigError, match="pyfunc unseen_functions must be true or false"):
+        TASK.with_options({"unseen_functions": "no"})
+
+
 def test_equivalent_spellings_land_in_the_same_split():
     plus = {op.template: op for op in OPS if op.src == "int"}
     f1 = compose("int", [plus["{e}+2"], plus["{e}-1"]])
