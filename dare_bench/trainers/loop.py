@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from dare_bench.catalogue.settings import algorithm_settings
-from dare_bench.errors import ConfigError
+from dare_bench.errors import ConfigError, DataError
 from dare_bench.trainers.algorithms.base import CompletionGrader, RolloutBatch, get_algorithm
 from dare_bench.trainers.checkpoint import (
     capture_rng,
@@ -770,9 +770,14 @@ def checkpoint_path_for(root: Path, step: int) -> Path:
 
 def _split_trajectory(traj, n: int):
     """The sampler's batch `Trajectory` as one `Trajectory` per row (tensors with a batch axis sliced to [1, ...]),
-    so that `RolloutBatch.select` keeps rows and trajectories aligned; None when none was recorded."""
+    so that `RolloutBatch.select` keeps rows and trajectories aligned; None when none was recorded. A list (block
+    diffusion of a left-padded batch: one per row already) is kept as it is."""
     if traj is None:
         return None
+    if isinstance(traj, list):
+        if len(traj) != n:
+            raise DataError(f"the sampler recorded {len(traj)} row trajectories for {n} rows")
+        return list(traj)
 
     def cut(v, r):
         if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n:

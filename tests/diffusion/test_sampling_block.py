@@ -178,8 +178,54 @@ def test_left_padded_batch_equals_one_prompt_at_a_time(sdar, llada2, family):
         if family == "llada2":
             assert out.sequences[j, :o.sequences.shape[1]].tolist() == o.sequences[0].tolist()
     assert out.stats.forwards == sum(o.stats.forwards for o in one)
-    with pytest.raises(SamplerError):
-        generate(model, batch, am, return_trajectory=True, **kw)
+
+
+@pytest.mark.parametrize("cache", ["exact", "none"])
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_left_padded_batch_records_one_trajectory_per_row(sdar, llada2, family, cache):
+    """Prompts of different lengths (their own block grids, different step counts): one trajectory per row, laid
+    out like the canvas; replayed it gives the canvas, each generated token is unmasked once, and the tokens are
+    those of each row decoded alone (and of the same call without a trajectory)."""
+    model = sdar if family == "sdar" else llada2
+    a, b = _prompt(4, seed=1), _prompt(7, seed=2)
+    P, mask, pad = 7, model.traits.mask_token_id, model.traits.pad_token_id
+    batch = torch.full((2, P), pad)
+    batch[0, 3:], batch[1] = a[0], b[0]
+    am = (torch.arange(P)[None] >= torch.tensor([[3], [0]])).long()
+    # one token a step (static: no threshold shortcut), so SDAR's quota never exceeds the masks left and no step
+    # rewrites a token (an upstream quirk that a replay, writing unmasked positions only, does not reproduce)
+    kw = dict(gen_length=8, block_length=4, denoising_steps=4, remasking_strategy="low_confidence_static", top_k=1,
+              convention=family, stop_at_eos=False, use_cache=cache)
+    out = generate(model, batch, am, return_trajectory=True, **kw)
+    plain = generate(model, batch, am, **kw)
+    assert torch.equal(out.canvas, plain.canvas) and torch.equal(out.sequences, plain.sequences)
+    trajs = out.trajectory
+    assert isinstance(trajs, list) and len(trajs) == 2
+    assert [len(t.steps) for t in trajs] == [8, 9]  # 2 blocks against 1 mask + 2 blocks: the step axes differ
+    for j, (traj, p, start) in enumerate(zip(trajs, (4, 7), (3, 0))):
+        alone = generate(model, batch[j:j + 1, start:], return_trajectory=True, **kw)
+        n = alone.canvas.shape[1]
+        assert torch.equal(out.canvas[j, start:start + n], alone.canvas[0])
+        assert bool((out.canvas[j, start + n:] == mask).all())
+        assert traj.start == start and traj.prompt_length == P and traj.kind == "block"
+        assert len(traj.steps) == len(alone.trajectory.steps)
+        first = traj.steps[0].state[0]
+        assert torch.equal(first[:P], batch[j]) and bool((first[P:] == mask).all())
+        seen = torch.zeros(out.canvas.shape[1], dtype=torch.long)
+        for st, own in zip(traj.steps, alone.trajectory.steps):
+            assert st.state.shape == (1, out.canvas.shape[1])
+            assert torch.equal(st.state[0, start:start + n], own.state[0])
+            assert st.region_end == start + own.region_end
+            seen += st.unmasked[0].long()
+        # every generated token unmasked at exactly one step; nothing in the prompt, the pads or the right fill
+        assert torch.equal(seen[P:], (out.canvas[j, P:] != mask).long()) and int(seen[:P].sum()) == 0
+        assert torch.equal(replay_trajectory(model, traj)[0], out.canvas[j])
+    assert torch.equal(replay_trajectory(model, trajs), out.canvas)
+    # sampled: recording the trajectory leaves the tokens as they are
+    kw.update(top_k=0, temperature=1.0)
+    outs = [generate(model, batch, am, return_trajectory=rt, generator=torch.Generator().manual_seed(3), **kw)
+            for rt in (False, True)]
+    assert torch.equal(outs[0].canvas, outs[1].canvas) and torch.equal(outs[0].sequences, outs[1].sequences)
 
 
 def test_block_decoding_ends_when_the_model_only_predicts_the_mask_token():

@@ -33,20 +33,6 @@ def _combinations() -> list[str]:
 
 
 COMBINATIONS = _combinations()
-# Known bug (found by this grid): CJ-GRPO walks the sampler's joint trajectory, and the block-diffusion sampler
-# decodes a left-padded batch row by row with no joint trajectory, so CJ-GRPO on SDAR / LLaDA2 fails at its first
-# rollout whenever the prompts differ in length (pyfunc here; every real task at paper scale). Strict: the test
-# fails as soon as the bug is fixed, to be removed then.
-KNOWN_BROKEN = {"cj-grpo-sdar-pyfunc", "cj-grpo-llada2-pyfunc"}
-
-
-def _param(name: str):
-    if name not in KNOWN_BROKEN:
-        return name
-    from dare_bench.errors import SamplerError
-
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=SamplerError,
-                                                      reason="block sampler: no joint trajectory for padded prompts"))
 
 
 def test_the_selection_covers_every_backbone_and_both_kinds():
@@ -58,7 +44,7 @@ def test_the_selection_covers_every_backbone_and_both_kinds():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [_param(n) for n in COMBINATIONS])
+@pytest.mark.parametrize("name", COMBINATIONS)
 def test_micro_run(name, tmp_path_factory, monkeypatch):
     from dare_bench.pipeline import reproduce
 

@@ -39,16 +39,19 @@ def _micro_block(family: str, seed: int = 0):
     return model
 
 
-def _rollout(model, *, block=False, temperature=0.9, seed=1, **settings) -> RolloutBatch:
-    """G = 2 completions for each of 2 prompts, with per-row trajectories, as the shared loop would build them."""
+def _rollout(model, *, block=False, padded=None, temperature=0.9, seed=1, **settings) -> RolloutBatch:
+    """G = 2 completions for each of 2 prompts, with per-row trajectories, as the shared loop would build them.
+    The second prompt is one token shorter (left-padded), except for `block` without `padded`."""
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 10, (2, 5), generator=g).repeat_interleave(2, dim=0)
     am = torch.ones(4, 5, dtype=torch.long)
+    if block and not padded:
+        prompt, am = prompt[:, 1:], am[:, 1:]  # equal lengths: one batch, one joint trajectory
+    else:
+        prompt[2:, 0], am[2:, 0] = PAD, 0  # block: decoded row by row, one trajectory per row
     if block:
-        prompt, am = prompt[:, 1:], am[:, 1:]  # block samplers take unpadded prompts
         settings = {"gen_length": 8, "block_length": 4, "denoising_steps": 2, **settings}
     else:
-        prompt[2:, 0], am[2:, 0] = PAD, 0
         settings = {"gen_length": 8, "steps": 4, "block_length": 4, **settings}
     out = generate(model, prompt, am, temperature=temperature, return_trajectory=True,
                    generator=torch.Generator().manual_seed(seed), **settings)
@@ -60,6 +63,12 @@ def _rollout(model, *, block=False, temperature=0.9, seed=1, **settings) -> Roll
         if len(hits):
             cmask[r, int(hits[0]) + 1:] = 0
     rewards = torch.tensor([1.0, 0.0, 0.3, 0.6])
+    if block and padded:  # the sampler's per-row trajectories, through the loop's split as a run would
+        from dare_bench.trainers.loop import _split_trajectory
+
+        assert isinstance(out.trajectory, list)
+        return RolloutBatch(prompt, am, comp, cmask, rewards, group_size=2,
+                            trajectories=_split_trajectory(out.trajectory, 4))
     return RolloutBatch(prompt, am, comp, cmask, rewards, group_size=2, trajectories=split_trajectory(out.trajectory))
 
 
@@ -141,6 +150,42 @@ def test_trajectory_partition_and_states(block):
             changed = r.states[s + 1] != r.states[s]
             assert torch.equal(changed, r.unmasked[s])
         assert (r.states[0, P:] == MASK).all()
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_padded_block_rollout_scores_each_row_on_its_own_trajectory(family):
+    """Prompts of different lengths on a block backbone: the sampler decodes row by row and records one trajectory
+    per row (its own step count); each completion token is assigned to the one step that unmasked it and scored
+    with the sampler's own call on that row (its pads left out), and a greedy rollout's tokens are the argmax."""
+    from dare_bench.models.layers import block_causal_mask
+
+    model = _micro_block(family)
+    batch = _rollout(model, block=True, padded=True, temperature=1.0, top_k=1)
+    algo = get_algorithm("cj_grpo")({}, model.traits)
+    rows, assign = algo.trajectory_rows(batch)
+    P, C = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    assert [r.start for r in rows] == [0, 0, 1, 1]
+    assert rows[0].num_steps != rows[2].num_steps
+    # every generated position unmasked at exactly one step; the right fill of the shorter canvases at none
+    assert torch.equal(assign.sum(dim=1), (batch.completion_ids != MASK).long())
+    assert int(assign[2:, :, C - 1].sum()) == 0  # the shorter prompt's canvas ends before the batch width
+    with torch.no_grad():
+        for s in range(assign.shape[1]):
+            lp = algo.step_logprobs(model, batch, rows, s)
+            for i, r in enumerate(rows):
+                if s >= r.num_steps:
+                    assert bool((lp[i] == 0).all()) and not bool(assign[i, s].any())
+                    continue
+                a, e = r.start, r.region_end[s]
+                logits = model(r.states[s:s + 1, a:e], position_ids=torch.arange(e - a)[None],
+                               attn_mask=block_causal_mask(e - a, e - a, r.block_size))
+                ref = torch.log_softmax(logits.float(), -1)[0, P - a:]
+                n = e - P
+                want = ref.gather(-1, batch.completion_ids[i, :n, None])[:, 0]
+                torch.testing.assert_close(lp[i, :n], want)
+                assert not bool(assign[i, s, n:].any())  # nothing past the step's block end
+                hit = assign[i, s, :n]
+                assert torch.equal(ref.argmax(-1)[hit], batch.completion_ids[i, :n][hit])
 
 
 def test_step_logprobs_condition_on_the_recorded_state_greedy_replay():
@@ -234,11 +279,11 @@ def test_missing_or_foreign_trajectories_are_refused():
                      num_iterations=1)
 
 
-@pytest.mark.parametrize("backbone", ["llada", "sdar", "llada_eoser_ass"])
+@pytest.mark.parametrize("backbone", ["llada", "sdar", "sdar_padded", "llada2_padded", "llada_eoser_ass"])
 def test_micro_training_step(backbone):
-    if backbone == "sdar":
-        model = _micro_block("sdar")
-        batch = _rollout(model, block=True)
+    if backbone in ("sdar", "sdar_padded", "llada2_padded"):
+        model = _micro_block(backbone.split("_")[0])
+        batch = _rollout(model, block=True, padded=backbone.endswith("padded"))
         algo = get_algorithm("cj_grpo")({}, model.traits)
     elif backbone == "llada":
         model = micro_llada(0)

@@ -10,9 +10,10 @@ Deliberate deviations (shared/docs/models.md):
 - SDAR: a block still masked after `denoising_steps` (only if the model commits the mask token) gets more steps with
   quota 1 (upstream raises IndexError).
 - Equal-length prompts are decoded as one batch (rows are independent; a finished row is frozen). The block grid is
-  absolute, so a left-padded batch is decoded row by row (same tokens as one prompt at a time, no joint trajectory)
-  and laid out like the input (pads, prompt, canvas; right-filled with the mask id). LLaDA2 rows of different cut
-  lengths are right-padded with the pad id. `eos_early_stop` needs batch 1.
+  absolute, so a left-padded batch is decoded row by row (same tokens as one prompt at a time) and laid out like the
+  input (pads, prompt, canvas; right-filled with the mask id). LLaDA2 rows of different cut lengths are right-padded
+  with the pad id. `eos_early_stop` needs batch 1. Such a batch has no joint trajectory: `return_trajectory` gives
+  one batch-of-one `Trajectory` per row (its own steps, laid out like the canvas, `start` = its left pads).
 - With `use_cache="exact"` (default) a finished block's keys / values are stored in the next block's first forward
   instead of a separate commit forward (same tokens, one model call fewer per block).
 Upstream quirks kept on purpose (comments at the code): SDAR asks topk for the scheduled count even when fewer masks
@@ -24,7 +25,7 @@ eos, and `eos_early_stop` returns prompt + tokens (searching eos from position 0
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -37,6 +38,7 @@ from dare_bench.diffusion.sampling.core import (
     SamplerRun,
     SamplerSettings,
     Trajectory,
+    TrajectoryStep,
     check_int,
     check_unit,
     is_left_padded,
@@ -104,9 +106,6 @@ class BlockSettings(SamplerSettings):
         if not traits.is_block_diffusion and traits.logit_shift != 0:
             raise SamplerError("the block sampler needs a model whose logits are not shifted")
         padded = is_left_padded(attention_mask)
-        if padded and call.return_trajectory:
-            raise SamplerError("block diffusion decodes a left-padded batch row by row (the block grid is absolute), "
-                               "so it has no joint trajectory; pass equal-length prompts with return_trajectory")
         b = call.block_length or traits.block_size or 32
         if b > gen:
             raise SamplerError(f"block_length {b} is longer than gen_length {gen}")
@@ -171,8 +170,10 @@ class BlockSettings(SamplerSettings):
         """The official return value from the final canvas."""
 
     @abstractmethod
-    def finish_rows(self, model, canvas: torch.Tensor, rows: list[Decoded], prompt_length: int) -> Decoded:
-        """The return value of a left-padded batch decoded row by row (`canvas` already laid out)."""
+    def finish_rows(self, model, canvas: torch.Tensor, rows: list[Decoded], prompt_length: int,
+                    trajectory: list[Trajectory] | None) -> Decoded:
+        """The return value of a left-padded batch decoded row by row (`canvas` and the per-row `trajectory`
+        already laid out)."""
 
     # ---- decoding
 
@@ -274,13 +275,33 @@ class BlockSettings(SamplerSettings):
         rows = []
         for j in range(b_sz):
             start = int((am[j] == 0).sum())
+            run.restart_recording()  # each row records its own trajectory
             rows.append((start, self.decode_batch(model, prompt[j:j + 1, start:], run)))
         width = max(start + out.canvas.shape[1] for start, out in rows)
         canvas = torch.full((b_sz, width), self.mask_id, dtype=torch.long, device=prompt.device)
         for j, (start, out) in enumerate(rows):
             canvas[j, :start] = prompt[j, :start]
             canvas[j, start:start + out.canvas.shape[1]] = out.canvas[0]
-        return self.finish_rows(model, canvas, [out for _, out in rows], p)
+        trajectory = None
+        if run.recording:
+            trajectory = [self.laid_out(out.trajectory, canvas[j:j + 1, :start], start, width, p)
+                          for j, (start, out) in enumerate(rows)]
+        return self.finish_rows(model, canvas, [out for _, out in rows], p, trajectory)
+
+    def laid_out(self, traj: Trajectory, pads: torch.Tensor, start: int, width: int, prompt_length: int) -> Trajectory:
+        """A row's own trajectory laid out like the batch canvas: every state is its `pads`, then its canvas,
+        right-filled with the mask id; nothing unmasked outside its canvas; region ends shifted by its pads, which
+        `start` keeps out of every model call."""
+        steps = []
+        for st in traj.steps:
+            n = st.state.shape[1]
+            state = torch.full((1, width), self.mask_id, dtype=st.state.dtype, device=st.state.device)
+            state[:, :start] = pads
+            state[:, start:start + n] = st.state
+            unmasked = torch.zeros((1, width), dtype=torch.bool, device=st.unmasked.device)
+            unmasked[:, start:start + n] = st.unmasked
+            steps.append(TrajectoryStep(state=state, unmasked=unmasked, region_end=start + st.region_end))
+        return replace(traj, steps=steps, prompt_length=prompt_length, start=start)
 
 
 @dataclass(frozen=True)
@@ -320,8 +341,8 @@ class SdarSettings(BlockSettings):
     def finish(self, model, x, prompt_length, run):
         return Decoded(x, x, self.trajectory(run, prompt_length), prompt_length)
 
-    def finish_rows(self, model, canvas, rows, prompt_length):
-        return Decoded(canvas, canvas, None, prompt_length)
+    def finish_rows(self, model, canvas, rows, prompt_length, trajectory):
+        return Decoded(canvas, canvas, trajectory, prompt_length)
 
 
 @dataclass(frozen=True)
@@ -364,8 +385,9 @@ class Llada2Settings(BlockSettings):
             rows.append(answer[j, :cut])
         return Decoded(self.right_padded(model, rows, x.device), x, self.trajectory(run, prompt_length), 0)
 
-    def finish_rows(self, model, canvas, rows, prompt_length):
-        return Decoded(self.right_padded(model, [out.sequences[0] for out in rows], canvas.device), canvas, None, 0)
+    def finish_rows(self, model, canvas, rows, prompt_length, trajectory):
+        return Decoded(self.right_padded(model, [out.sequences[0] for out in rows], canvas.device), canvas,
+                       trajectory, 0)
 
     @staticmethod
     def right_padded(model, rows: list[torch.Tensor], device) -> torch.Tensor:

@@ -65,6 +65,9 @@ class Trajectory:
     model_kwargs: dict[str, Any] = field(default_factory=dict)  # padding mask / positions of the full canvas
     cfg_scale: float = 0.0
     prompt_index: torch.Tensor | None = None
+    # block: canvas columns before `start` are left padding outside the row's block grid; each step's model call
+    # saw columns start..region_end at positions 0.. (0 for a batch; a padded row decoded on its own: its pads)
+    start: int = 0
 
 
 @dataclass
@@ -74,7 +77,9 @@ class GenerationOutput:
     prompt_length: int
     stats: GenerationStats
     settings: dict[str, Any]
-    trajectory: Trajectory | None = None
+    # one Trajectory of the batch, or (block diffusion of a left-padded batch, decoded row by row) one batch-of-one
+    # Trajectory per row, laid out like `canvas`
+    trajectory: Trajectory | list[Trajectory] | None = None
 
 
 class Decoded(NamedTuple):
@@ -82,7 +87,7 @@ class Decoded(NamedTuple):
 
     sequences: torch.Tensor  # shaped like the official function's return
     canvas: torch.Tensor  # full canvas before any cut
-    trajectory: Trajectory | None
+    trajectory: Trajectory | list[Trajectory] | None
     prompt_length: int  # where the generated part of `sequences` starts (0 when only generated tokens are returned)
 
 
@@ -105,6 +110,11 @@ class SamplerRun:
     @property
     def recording(self) -> bool:
         return self.steps is not None
+
+    def restart_recording(self) -> None:
+        """Record the next steps into a new list (a row decoded on its own gets a trajectory of its own)."""
+        if self.steps is not None:
+            self.steps = []
 
     def forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
         self.stats.forwards += 1
@@ -370,26 +380,31 @@ def generate(model, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | Non
 
 
 @torch.no_grad()
-def replay_trajectory(model, trajectory: Trajectory) -> torch.Tensor:
+def replay_trajectory(model, trajectory: Trajectory | list[Trajectory]) -> torch.Tensor:
     """Re-run the model on every recorded state and write its greedy token at the positions unmasked in that step.
 
     For a greedy rollout this reproduces the final canvas (the CJ-GRPO consistency check); for a sampled one it
     tells how far the rollout was from the model's argmax. Each state is re-encoded without a cache (block
-    diffusion: the prefix up to the step's block end, block-causal), which gives the cached samplers' logits up to
-    float rounding.
+    diffusion: the prefix up to the step's block end, block-causal, from column `start`), which gives the cached
+    samplers' logits up to float rounding. A list of per-row trajectories (a left-padded block batch) is replayed
+    row by row, the rows stacked.
     """
+    if isinstance(trajectory, list):
+        if not trajectory:
+            raise SamplerError("empty trajectory")
+        return torch.cat([replay_trajectory(model, t) for t in trajectory])
     if not trajectory.steps:
         raise SamplerError("empty trajectory")
     x = trajectory.steps[0].state.clone()
     for step in trajectory.steps:
         state = step.state
         if trajectory.kind == "block":
-            end = step.region_end
-            pos = torch.arange(end, device=state.device).expand(state.shape[0], end)
-            mask = block_causal_mask(end, end, trajectory.block_size, device=state.device)
-            logits = model_logits(model, state[:, :end], position_ids=pos, attn_mask=mask)
+            start, end = trajectory.start, step.region_end
+            pos = torch.arange(end - start, device=state.device).expand(state.shape[0], end - start)
+            mask = block_causal_mask(end - start, end - start, trajectory.block_size, device=state.device)
+            logits = model_logits(model, state[:, start:end], position_ids=pos, attn_mask=mask)
             tokens = torch.full_like(state, trajectory.mask_id)
-            tokens[:, :end] = logits.argmax(-1)
+            tokens[:, start:end] = logits.argmax(-1)
         else:
             kw = trajectory.model_kwargs
             if trajectory.cfg_scale > 0:

@@ -24,7 +24,10 @@ step, one graph alive). μ = 1 uses ℓ.detach() as ℓ^old; μ > 1 and β > 0 m
 
 Trajectories: `RolloutBatch.trajectories[r]` is a `RowTrajectory` (see `split_trajectory`) or a batch-of-one
 `sampling.Trajectory`. Steps are indexed by the sampler's step number; a step in which a row unmasked nothing
-contributes nothing for that row. Canvas column P + c is completion column c (P = prompt width of the batch).
+contributes nothing for that row, and rows may have different numbers of steps (the block sampler decodes a
+left-padded batch row by row and records one trajectory per row: a row past its last step is not called). Canvas
+column P + c is completion column c (P = prompt width of the batch); a block row's model call starts at its
+`start` (its left pads, outside its block grid).
 
 Decoding (`rollout_overrides`): `return_trajectory` always; `decoding: eoser` (EOS early rejection, γ from
 eos_gamma_min to eos_gamma_max) or `eoser-ass` (plus ascending step sizes, `ass_blocks`) for the LLaDA sampler, as
@@ -69,6 +72,7 @@ class RowTrajectory:
     model_kwargs: dict[str, torch.Tensor] = field(default_factory=dict)  # this row's recorded kwargs, batch dim 1
     cfg_scale: float = 0.0
     prompt_index: torch.Tensor | None = None  # [1, T]
+    start: int = 0  # block: the model saw columns start..region_end at positions 0.. (left pads before)
 
     @property
     def num_steps(self) -> int:
@@ -76,7 +80,10 @@ class RowTrajectory:
 
 
 def split_trajectory(traj) -> list[RowTrajectory]:
-    """Per-row views of a batched `sampling.Trajectory` (what `RolloutBatch.trajectories` holds for CJ-GRPO)."""
+    """Per-row views of a batched `sampling.Trajectory` (what `RolloutBatch.trajectories` holds for CJ-GRPO), or
+    of a list of them (the block sampler's per-row trajectories of a left-padded batch), rows in order."""
+    if isinstance(traj, list):
+        return [row for t in traj for row in split_trajectory(t)]
     if not traj.steps:
         raise DataError("empty trajectory")
     states = torch.stack([s.state for s in traj.steps], dim=1)  # [B, S, T]
@@ -88,7 +95,7 @@ def split_trajectory(traj) -> list[RowTrajectory]:
         pidx = None if traj.prompt_index is None else traj.prompt_index[r:r + 1]
         out.append(RowTrajectory(states=states[r], unmasked=unmasked[r], region_end=list(ends), kind=traj.kind,
                                  logit_shift=traj.logit_shift, block_size=traj.block_size, model_kwargs=kw,
-                                 cfg_scale=traj.cfg_scale, prompt_index=pidx))
+                                 cfg_scale=traj.cfg_scale, prompt_index=pidx, start=int(traj.start)))
     return out
 
 
@@ -199,20 +206,24 @@ class CJGRPO(Algorithm):
         groups: dict[tuple, list[int]] = {}
         for i in live:
             r = rows[i]
-            key = (r.kind, r.region_end[step] if r.kind == "block" else None, tuple(sorted(r.model_kwargs)),
-                   r.cfg_scale, r.logit_shift, r.block_size)
+            block = r.kind == "block"
+            key = (r.kind, r.region_end[step] if block else None, r.start if block else 0,
+                   tuple(sorted(r.model_kwargs)), r.cfg_scale, r.logit_shift, r.block_size)
             groups.setdefault(key, []).append(i)
         pieces = []
-        for (kind, end, _, cfg, shift, bsize), idx in groups.items():
+        for (kind, end, start, _, cfg, shift, bsize), idx in groups.items():
             states = torch.stack([rows[i].states[step] for i in idx]).to(dev)
             if kind == "block":
-                pos = torch.arange(end, device=dev).expand(len(idx), end)
-                logits = model(states[:, :end], position_ids=pos, attn_mask=block_causal_mask(end, end, bsize,
-                                                                                               device=dev))
+                # the sampler's call: columns start..end (a padded row's pads are outside its block grid)
+                n_see = end - start
+                pos = torch.arange(n_see, device=dev).expand(len(idx), n_see)
+                logits = model(states[:, start:end], position_ids=pos,
+                               attn_mask=block_causal_mask(n_see, n_see, bsize, device=dev))
                 logits = logits.logits if hasattr(logits, "logits") else logits
-                if end < P + C:
-                    pad = logits.new_zeros(len(idx), P + C - end, logits.shape[-1])
-                    logits = torch.cat([logits, pad], dim=1)
+                if start or end < P + C:  # back to canvas columns: zeros outside what the call saw
+                    left = logits.new_zeros(len(idx), start, logits.shape[-1])
+                    right = logits.new_zeros(len(idx), max(P + C - end, 0), logits.shape[-1])
+                    logits = torch.cat([left, logits, right], dim=1)
             else:
                 kw = {k: torch.cat([rows[i].model_kwargs[k] for i in idx]).to(dev) for k in rows[idx[0]].model_kwargs}
                 if cfg > 0:
