@@ -11,7 +11,8 @@ diagnostic behind the learning-check explanations (docs/tiny-scale-feasibility.m
     dare-bench bench alignment d1-llada-sudoku bgpo-llada-sudoku --scale micro --batches 2 --json
 
 Each batch: `batch_prompts` training prompts × `group_size` rollouts with the first reproduction's rollout sampler
-(with a trajectory, for the algorithms that need one). The SFT gradient averages `--sft-draws` noise draws of the
+(with a trajectory, for the algorithms that need one; a plug-in that generates its own rollouts, such as
+d-TreeRPO's tree search, is refused). The SFT gradient averages `--sft-draws` noise draws of the
 completion-only diffusion loss. Reported per algorithm: the mean single-batch cosine and the cosine of the gradients
 summed over all batches (noise averages out of the sum). `--json` prints
 `{"algorithms": {name: {"mean_cosine", "cosine_of_sums", "per_batch"}}, "mean_reward", "zero_std_groups",
@@ -109,6 +110,9 @@ def run_alignment(names: list[str], scale: str, *, batches: int, sft_draws: int,
     for name, cfg in zip(names, cfgs):
         if cfg.profile.train.kind != "rl":
             raise ConfigError(f"{name} is not an RL reproduction (train.kind = {cfg.profile.train.kind!r})")
+        if get_algorithm(_plugin_name(cfg.algorithm)).owns_rollout:
+            raise ConfigError(f"{name}: {cfg.algorithm} generates its own rollouts (e.g. a tree search), and this "
+                              "bench compares algorithms on shared rollout batches")
         if ((cfg.backbone, cfg.task, cfg.profile.base, cfg.profile.task_options)
                 != (first.backbone, first.task, first.profile.base, first.profile.task_options)):
             raise ConfigError(f"{name} does not share {names[0]}'s SFT base (backbone, task and base recipe must "

@@ -121,10 +121,8 @@ class VrpoKnobs(Knobs):
     preference_data: str = "argilla/ultrafeedback-binarized-preferences-cleaned"
 
 
-# RL algorithms whose reproductions exist but whose plug-ins do not yet: their knobs are validated so the YAMLs
-# stay typo-free, and reproducing them fails in the plug-in lookup ("unknown algorithm").
-class DtreerpoKnobs(Knobs):
-    self_distillation: bool = True
+# An RL algorithm whose reproductions exist before its plug-in does is declared here with a `Knobs` schema (so the
+# YAMLs stay typo-free; reproducing it fails in the plug-in lookup, "unknown algorithm"). None today.
 
 
 _WITHOUT_PLUGIN = (
@@ -132,7 +130,6 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("sft", "sft", NoKnobs),
     AlgorithmSpec("lora", "sft", NoKnobs),
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
-    AlgorithmSpec("dtreerpo", "rl", DtreerpoKnobs),
 )
 
 

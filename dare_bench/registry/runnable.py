@@ -1,7 +1,7 @@
 """Can a reproduction run on this machine, at a scale? And if not, why (`dare-bench list --runnable`).
 
 The reasons, in the order they are checked:
-- "no plug-in": an RL algorithm the catalogue lists without a plug-in file yet (mdpo, dtreerpo, ...);
+- "no plug-in": an RL algorithm the catalogue lists without a plug-in file yet (none today);
 - "GPU-only": paper / official scales without a CUDA device (`--device cpu` with a shrunk checkpoint still runs them);
 - "missing data": `train.data` does not resolve here (the DataError names the file and the variable to set);
 - "not built": VRPO's preference source at paper scale (only pairs from the base's samples exist).

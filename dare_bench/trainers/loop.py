@@ -14,7 +14,9 @@ Per step, in order: prompts (deterministic order from the seed; position saved i
 `diffusion.sampling.generate` (train.rollout settings + `algo.rollout_overrides`, trajectories when the plug-in asks)
 → decode up to the first stop token and grade with the task's grader → completion mask (up to and including the
 first EOS) → `algo.advantages` → `algo.prepare` → μ × micro-batches of `algo.backward` (gradient accumulation,
-loss scale 1 / #micro-batches as the official trainers) → grad-norm clip → AdamW → LR scheduler. Metrics go to
+loss scale 1 / #micro-batches as the official trainers) → grad-norm clip → AdamW → LR scheduler. A plug-in with
+`owns_rollout` decodes the prompts itself (`generate_rollouts`, e.g. a tree search); its rows (a tree's leaves) are
+graded the same way, and its micro-batches keep `micro_batch_block` rows together. Metrics go to
 `sink(step, dict)`: reward mean / std / accuracy, the plug-in's loss terms (loss, kl, clip_frac, entropy ...),
 grad norm, lr, rollout tokens-per-forward, seconds per stage (rollout / reward / prepare / update), peak memory.
 
@@ -253,9 +255,11 @@ def completion_mask(completion: torch.Tensor, stop_ids: Sequence[int]) -> torch.
 
 def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[int], group: int,
                   sampler_settings: dict[str, Any], *, generator: torch.Generator | None, template: Any = "plain",
-                  grader: str = "dare", prompt_cache: dict[int, list[int]] | None = None):
+                  grader: str = "dare", prompt_cache: dict[int, list[int]] | None = None, algorithm=None):
     """`group` sampled completions for each of the prompts `items[i] for i in idx`, graded: (RolloutBatch, info).
 
+    With an `algorithm` that `owns_rollout` (tree search), its `generate_rollouts` decodes instead of the sampler:
+    each of the `group` copies of a prompt becomes `rows_per_prompt` rows, graded like sampled ones.
     info: `correct` (per row), `unfinished` (fraction of rows that ran out of steps), `output` (the sampler's
     GenerationOutput), `time_rollout_s`, `time_reward_s`. Shared by the RL loop and `dare-bench bench alignment`.
     """
@@ -271,10 +275,29 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     prompt_ids, prompt_mask = left_pad([cache[i] for i in idx], traits.pad_token_id)
     prompt_ids = prompt_ids.repeat_interleave(group, dim=0).to(device)
     prompt_mask = prompt_mask.repeat_interleave(group, dim=0).to(device)
+    padding = prompt_mask if bool((prompt_mask == 0).any()) else None
     t0 = time.perf_counter()
-    with torch.no_grad():
-        out = generate(policy, prompt_ids, prompt_mask if bool((prompt_mask == 0).any()) else None,
-                       generator=generator, **sampler_settings)
+    if algorithm is not None and algorithm.owns_rollout:
+        was_training = policy.training
+        policy.eval()
+        try:
+            with torch.no_grad():
+                own = algorithm.generate_rollouts(policy, prompt_ids, padding, settings=sampler_settings,
+                                                  generator=generator)
+        finally:
+            policy.train(was_training)
+        out, trajectories = own.output, own.trajectories
+        prompt_ids = prompt_ids.repeat_interleave(own.rows_per_prompt, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(own.rows_per_prompt, dim=0)
+        group = group * own.rows_per_prompt
+        if out.canvas.shape[0] != prompt_ids.shape[0] or (trajectories is not None
+                                                          and len(trajectories) != prompt_ids.shape[0]):
+            raise ConfigError(f"{algorithm.name}: generate_rollouts returned {out.canvas.shape[0]} rows, expected "
+                              f"{prompt_ids.shape[0]} ({own.rows_per_prompt} per prompt row)")
+    else:
+        with torch.no_grad():
+            out = generate(policy, prompt_ids, padding, generator=generator, **sampler_settings)
+        trajectories = None
     p_len = prompt_ids.shape[1]
     comp = out.canvas[:, p_len:].clone()
     # a sampler that stops at EOS leaves mask ids behind it; one left before any stop token means the row ran out
@@ -311,8 +334,9 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     rewards = [float(res.reward) for res in results]
     correct = [float(bool(res.correct)) for res in results]
     rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
-    batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group,
-                         trajectories=_split_trajectory(out.trajectory, comp.shape[0]),
+    if trajectories is None:
+        trajectories = _split_trajectory(out.trajectory, comp.shape[0])
+    batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group, trajectories=trajectories,
                          grader=CompletionGrader(lambda r, toks: float(grade_row(r, toks).reward),
                                                  tuple(range(comp.shape[0]))))
     info = {"correct": correct, "unfinished": unfinished, "output": out, "time_rollout_s": t_rollout,
@@ -331,6 +355,14 @@ def _peak_memory_mb(device: torch.device) -> float:
     # CPU: the process's peak resident set so far (no per-step reset exists); KiB on Linux, bytes on macOS
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kb / 2**20 if sys.platform == "darwin" else kb / 2**10
+
+
+def _micro_slices(n_rows: int, micro: int, block: int) -> list[slice]:
+    """Micro-batches of `micro` rows (rounded down to whole `block`s of rows, at least one block), in order."""
+    if block < 1 or n_rows % block:
+        raise ConfigError(f"the plug-in keeps {block} rows together, but the rollout batch has {n_rows} rows")
+    size = max(block, micro // block * block)
+    return [slice(a, min(a + size, n_rows)) for a in range(0, n_rows, size)]
 
 
 def _row_weighted(values: list[float], rows: list[int]) -> float:
@@ -617,7 +649,7 @@ class RLRecipe:
                                            idx[start:start + self.unit_prompts], self.group, self.sampler_settings,
                                            generator=self.unit_generator("rollout", u),
                                            template=self.opts.prompt_template, grader=self.opts.grader,
-                                           prompt_cache=self.prompt_cache))
+                                           prompt_cache=self.prompt_cache, algorithm=self.algo))
         self.policy.train()
         return units
 
@@ -626,11 +658,12 @@ class RLRecipe:
         """Per unit: advantages and the plug-in's old / ref terms (`prepare`); then up to μ optimizer steps over
         all units' micro-batches."""
         algo, optimizer, cfg = self.algo, self.optimizer, self.cfg
-        advs = [algo.advantages(batch.rewards, self.group) for batch, _ in units]
+        advs = [algo.advantages(batch.rewards, batch.group_size) for batch, _ in units]
         stats.advantages = torch.cat(advs)
         # -- old / ref terms
         t0 = time.perf_counter()
         n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
+        algo.optimizer_step, algo.total_optimizer_steps = self.opt_step, self.total_opt_steps
         states = []
         with compute_precision(self.policy, self.opts.compute_dtype):
             for u, (batch, _) in enumerate(units):
@@ -640,8 +673,11 @@ class RLRecipe:
         stats.time_prepare_s = time.perf_counter() - t0
         # -- μ updates: gradient accumulation over micro-batches (loss scale 1 / #micro-batches), clip, AdamW, LR
         t0 = time.perf_counter()
-        work = [(batch, state, adv, slice(a, min(a + self.micro, batch.num_rows)))
-                for (batch, _), state, adv in zip(units, states, advs) for a in range(0, batch.num_rows, self.micro)]
+        # without a micro_batch_size option a unit is one micro-batch (a plug-in's own rollouts may give it more
+        # rows than unit_prompts x group_size)
+        work = [(batch, state, adv, rows) for (batch, _), state, adv in zip(units, states, advs)
+                for rows in _micro_slices(batch.num_rows, self.micro if self.opts.micro_batch_size else batch.num_rows,
+                                          algo.micro_batch_block(batch))]
         for it in range(n_updates):
             optimizer.zero_grad(set_to_none=True)
             for batch, state, adv, sl in work:
@@ -678,7 +714,8 @@ class RLRecipe:
         return metrics
 
     def step_metrics(self, stats: _StepStats, units: list[tuple[RolloutBatch, dict[str, Any]]]) -> dict[str, float]:
-        group, adv, grad_norms = self.group, stats.advantages, stats.grad_norms
+        # rows per prompt: train.group_size, times the rows a plug-in's own rollout makes of each (a tree's leaves)
+        group, adv, grad_norms = units[0][0].group_size, stats.advantages, stats.grad_norms
         rolls = [roll for _, roll in units]
         n_rows = [batch.num_rows for batch, _ in units]
         # the reward statistics over the whole batch: every rank's rewards, in rank order (exact, not a mean of

@@ -66,7 +66,14 @@ MDLM_ALGORITHM = {
 # Shared settings DARE's ESPO script (recipe/llada/run_espo_llada_8b_instruct.sh @ 83ae8a3) sets per task — n_rollout
 # 6 / 10 / 16 and a k2 KL with beta 0.001-0.01, see _defaults/algorithms/espo.yaml — which the notes do not state:
 # not checked against the shared MDLM values.
-PER_TASK_IN_DARE = {"espo": ("train.group_size", "train.beta_kl")}
+# DARE's d-TreeRPO scripts (recipe/{llada,dream}/run_dtreerpo_*.sh @ 83ae8a3) replace most of the shared recipe
+# with "unified hyperparams matching d-TreeRPO reference" (wd 0.1, ppo_epochs 12, kl 0.01, response 256 / 128 steps
+# / block 32 for every task, 10 epochs, prompt 512; see _defaults/algorithms/dtreerpo.yaml), which the notes do not
+# state: not checked against the shared values (tests/trainers/test_dtreerpo.py checks them against the script).
+PER_TASK_IN_DARE = {"espo": ("train.group_size", "train.beta_kl"),
+                    "dtreerpo": ("train.weight_decay", "train.mu", "train.beta_kl", "train.rollout.gen_length",
+                                 "train.rollout.steps", "train.rollout.block_length", "train.epochs",
+                                 "train.max_prompt_length")}
 # §7 "DARE VRPO recipe (recipe/llada/run_vrpo_llada_8b_instruct.sh): data argilla/ultrafeedback-binarized-preferences-
 # cleaned ..., batch 64, lr 5e-7, mc_num = n_l = 4, beta = 0.2, 10 epochs".
 VRPO = {"train.data": ["hf:argilla/ultrafeedback-binarized-preferences-cleaned"], "train.batch_prompts": 64,

@@ -230,7 +230,7 @@ def test_every_plugin_runs_through_the_loop(name):
 
 # RL algorithms that have reproductions in the registry but no plug-in yet: `dare-bench reproduce` refuses them
 # ("unknown algorithm"). Named here so that none drops out of the tests unnoticed; remove a name when its plug-in lands.
-RL_WITHOUT_PLUGIN = {"dtreerpo"}
+RL_WITHOUT_PLUGIN: set[str] = set()
 
 
 def _rl_reproductions():
@@ -324,3 +324,46 @@ def test_eval_every_evaluates_mid_training_without_changing_the_run():
     assert records[1][1]["eval_score"] == 0.5 and evaluated.policy.training
     for (k, a), b in zip(plain.policy.state_dict().items(), evaluated.policy.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_a_plugin_that_owns_its_rollouts_gets_its_rows_graded_by_the_loop():
+    """The contract extension on its own (no real plug-in): `generate_rollouts` makes 3 rows of each prompt row
+    (here: the sampler's completion and two copies with the first token changed); the loop grades every row with the
+    task's grader, repeats the prompts, multiplies the group size and keeps the per-row trajectories."""
+    from dare_bench.diffusion.sampling import generate
+    from dare_bench.trainers.algorithms import PluginRollout
+
+    class ThreeEach:
+        name, owns_rollout = "three-each", True
+
+        def generate_rollouts(self, policy, prompt_ids, prompt_mask, *, settings, generator):
+            assert not policy.training and not torch.is_grad_enabled()
+            out = generate(policy, prompt_ids, prompt_mask, generator=generator, **settings)
+            rows = out.canvas.repeat_interleave(3, dim=0).clone()
+            p = prompt_ids.shape[1]
+            rows[1::3, p], rows[2::3, p] = 0, 1
+            out.canvas = out.sequences = rows
+            return PluginRollout(out, rows_per_prompt=3, trajectories=[("row", r) for r in range(rows.shape[0])])
+
+    model, task, tok = micro_llada(0), ReverseTask(n=4), CharTokenizer()
+    batch, info = loop_mod.rollout_batch(model, tok, task, task.items, [0, 1], 2, {"gen_length": 4, "steps": 4},
+                                         generator=torch.Generator().manual_seed(0), algorithm=ThreeEach())
+    assert model.training  # the loop restores the mode
+    assert batch.num_rows == 12 and batch.group_size == 6 and batch.trajectories == [("row", r) for r in range(12)]
+    assert torch.equal(batch.prompt_ids[:6], batch.prompt_ids[:1].expand(6, -1))
+    for r in range(12):
+        kept = []
+        for t in batch.completion_ids[r].tolist():
+            if t == EOS:
+                break
+            kept.append(t)
+        assert float(batch.rewards[r]) == pytest.approx(task.grade(tok.decode(kept), task.items[r // 6]).reward)
+    assert len(info["correct"]) == 12
+
+
+def test_micro_batches_keep_a_plugins_row_blocks_together():
+    assert loop_mod._micro_slices(12, 5, 1) == [slice(0, 5), slice(5, 10), slice(10, 12)]
+    assert loop_mod._micro_slices(12, 5, 3) == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 12)]
+    assert loop_mod._micro_slices(12, 2, 6) == [slice(0, 6), slice(6, 12)]  # at least one block
+    with pytest.raises(ConfigError):
+        loop_mod._micro_slices(10, 4, 3)

@@ -6,8 +6,8 @@ The names below load `base.py` (and torch) on first use, so importing this packa
 
 import importlib
 
-_BASE_NAMES = ("ALGORITHMS", "Algorithm", "AlgorithmState", "RolloutBatch", "get_algorithm", "list_algorithms",
-               "register_algorithm")
+_BASE_NAMES = ("ALGORITHMS", "Algorithm", "AlgorithmState", "PluginRollout", "RolloutBatch", "get_algorithm",
+               "list_algorithms", "register_algorithm")
 
 
 def __getattr__(name: str):
@@ -18,5 +18,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AlgorithmConfig", "ALGORITHMS", "Algorithm", "AlgorithmState", "RolloutBatch", "get_algorithm",
-           "list_algorithms", "register_algorithm"]  # = _BASE_NAMES, spelled out for static tools
+__all__ = ["AlgorithmConfig", "ALGORITHMS", "Algorithm", "AlgorithmState", "PluginRollout", "RolloutBatch",
+           "get_algorithm", "list_algorithms", "register_algorithm"]  # = _BASE_NAMES, spelled out for static tools

@@ -37,6 +37,20 @@ Refinements made with the shared loop (all backwards compatible):
   as the loop graded the rollouts (cut at the first stop token, decoded, the task's grader on that row's item).
   The loop attaches it to every batch; a plug-in that rewards intermediate states (MDPO: the proposal of every
   denoising step) calls `batch.grader(completions [n, C])` in `prepare`. `select` keeps it row-aligned.
+- Plug-in rollouts, for algorithms whose rollouts are not `group_size` independent samples per prompt (tree
+  search: d-TreeRPO; any next tree / trajectory-search algorithm): `owns_rollout = True` and
+  `generate_rollouts(policy, prompt_ids, prompt_mask, settings=..., generator=...)` returns a `PluginRollout`:
+  the canvases of its rows (`rows_per_prompt` contiguous rows per prompt row it was given, e.g. a tree's leaves),
+  their per-row `trajectories` (any objects; a tree's leaf carries its root-to-leaf path) and the sampler stats.
+  The loop then grades every row as its own rollouts (same cut, same grader), so the `RolloutBatch` the plug-in
+  gets has `group_size = train.group_size * rows_per_prompt`, the rewards of its rows and its trajectories; the
+  loop's advantages and reward metrics use `batch.group_size`. The loop's sampler settings (`train.rollout` after
+  `check_rollout`) are handed over as they are: the plug-in interprets and checks them (`check_rollout`).
+- `Algorithm.micro_batch_block(batch)`: rows that must share a micro-batch (a tree's leaves, whose segments and
+  sibling groups span rows); the loop's micro-batches are whole multiples of it. Default 1.
+- Training progress: before each rollout batch's update the loop sets `optimizer_step` (optimizer steps done so far;
+  `backward`'s `iteration` counts on from it) and `total_optimizer_steps` (the run's length), for losses with a
+  time schedule (d-TreeRPO's self-distillation weight).
 """
 
 from __future__ import annotations
@@ -77,7 +91,8 @@ class CompletionGrader:
 
 @dataclass
 class RolloutBatch:
-    """G completions per prompt. Row r belongs to prompt r // group_size."""
+    """G completions per prompt. Row r belongs to prompt r // group_size (with plug-in rollouts G is
+    `train.group_size * PluginRollout.rows_per_prompt`)."""
 
     prompt_ids: torch.Tensor  # [N, P] left-padded with pad ids
     prompt_mask: torch.Tensor  # [N, P] 1 = real prompt token
@@ -115,6 +130,20 @@ class RolloutBatch:
 
 
 @dataclass
+class PluginRollout:
+    """What `Algorithm.generate_rollouts` hands the loop: rows the loop grades as its own rollouts.
+
+    `output.canvas` is `[prompt rows * rows_per_prompt, P + C]` (prompt as given, then the completion; mask ids left
+    in a row's completion are treated as the loop treats them: EOS, the row counted as unfinished); row r belongs to
+    prompt row r // rows_per_prompt. `trajectories`: one object per row, or None; `output.stats` feeds the loop's
+    rollout metrics (forwards, tokens per forward)."""
+
+    output: Any  # diffusion.sampling.GenerationOutput
+    rows_per_prompt: int
+    trajectories: list[Any] | None = None
+
+
+@dataclass
 class AlgorithmState:
     """Tensors computed once per rollout batch (noise, old / reference log-probs ...), row-aligned with the batch.
 
@@ -146,6 +175,12 @@ class Algorithm:
     rollout_requirements: ClassVar[dict[str, Any]] = {}
     # Rows per no-grad forward in `prepare` (None = the whole batch); the loop sets it from its micro-batch size.
     forward_batch_size: int | None = None
+    # Whether the plug-in generates its rollouts itself (`generate_rollouts`: tree search ...) instead of the loop's
+    # `group_size` independent samples per prompt.
+    owns_rollout: ClassVar[bool] = False
+    # Training progress, set by the loop before each rollout batch's update (see the module docstring).
+    optimizer_step: int = 0
+    total_optimizer_steps: int | None = None
 
     def __init__(self, config: dict[str, Any] | None, traits: ModelTraits):
         if traits.attention not in self.attention_kinds:
@@ -174,6 +209,17 @@ class Algorithm:
             elif value != required:
                 raise ConfigError(f"algorithm {self.name!r} needs train.rollout.{key} = {required!r}, got {value!r}")
         return out
+
+    def generate_rollouts(self, policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None, *,
+                          settings: dict[str, Any], generator: torch.Generator | None) -> PluginRollout:
+        """With `owns_rollout`: the rollouts of these prompt rows (`[n, P]`, left-padded; `prompt_mask` None when no
+        row is padded), under no grad, the policy in eval mode. `settings` are the loop's sampler settings (after
+        `check_rollout`), `generator` the rollout noise."""
+        raise NotImplementedError(f"{self.name} does not generate its own rollouts")
+
+    def micro_batch_block(self, batch: RolloutBatch) -> int:
+        """Rows of `batch` that must stay in one micro-batch (its micro-batches are multiples of this)."""
+        return 1
 
     # --- the three things a plug-in supplies ------------------------------------------------------------------
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -241,6 +287,7 @@ def _pydantic_message(exc: ValidationError, model: type[BaseModel]) -> str:
 
 
 __all__ = [
-    "Algorithm", "AlgorithmConfig", "AlgorithmState", "CompletionGrader", "RolloutBatch", "register_algorithm",
+    "Algorithm", "AlgorithmConfig", "AlgorithmState", "CompletionGrader", "PluginRollout", "RolloutBatch",
+    "register_algorithm",
     "get_algorithm", "list_algorithms", "ALGORITHMS",
 ]
