@@ -245,8 +245,9 @@ class ScaleProfile(Strict):
     eval: EvalSettings
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     task_options: dict[str, Any] = Field(
-        default_factory=dict, description="the task generator's difficulty knobs (arith: steps, max_operand; "
-        "pyfunc: difficulty), for training and evaluation alike; validated by the task (Task.with_options)")
+        default_factory=dict, description="the task generator's difficulty knobs (arith: steps, max_operand, "
+        "ops; pyfunc: difficulty, unseen_functions), for training and evaluation alike; validated by the task "
+        "(Task.with_options)")
 
 
 # ---------------------------------------------------------------------------------------- reported scores

@@ -9,9 +9,12 @@ exercises GSM8K's extraction and comparison: ``dare`` = last ``\\boxed{}`` + sym
 first-box evaluation, ``strict``. Files of ``openai/gsm8k``-style rows (``question``, ``answer`` ending ``#### n``)
 load too.
 
-Generator: ``generate(n, seed, split, steps=2, max_operand=20)`` is a pure function of its arguments (a
-``random.Random`` per (split, seed)); ``steps`` (operations, 1..4) and ``max_operand`` (operands drawn from
-1..max_operand, 9..99) are the difficulty knobs, anything else is one ConfigError. Train and test never share a
+Generator: ``generate(n, seed, split, steps=2, max_operand=20, ops="+-*/")`` is a pure function of its arguments
+(a ``random.Random`` per (split, seed)); ``steps`` (operations, 1..4), ``max_operand`` (operands drawn from
+1..max_operand, 4..99) and ``ops`` (the operations allowed, a subset of ``+-*/`` with ``+`` or ``*``) are the
+difficulty knobs, anything else is one ConfigError. A test set is "at most n" (an evaluation limit is a cap, as on a
+file); an asked-for training set of n is exactly n, or one ConfigError when the setting has fewer problems (the default
+training set, 20000, is "up to" too). Train and test never share a
 problem: a problem (its arithmetic, whatever the names in the story) belongs to the test split iff the sha256 of
 its key ("3 *4 -5") is 0 mod 10; each split draws only its own problems, without repeats.
 

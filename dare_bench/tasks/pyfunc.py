@@ -313,7 +313,8 @@ class PyFuncTask(Task):
         problems = generate_pyfunc(n, seed=seed, split=split, difficulty=difficulty, unseen_functions=unseen)
         items = [self.make_item(i, p, split) for i, p in enumerate(problems)]
         # named only when not the default, so the default datasets keep their sources
-        source = f"generator:pyfunc(seed={seed},n={n},difficulty={difficulty}{'' if unseen else ',unseen_functions=False'})"
+        shared = "" if unseen else ",unseen_functions=False"
+        source = f"generator:pyfunc(seed={seed},n={n},difficulty={difficulty}{shared})"
         return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))
 
     def plain_prompt(self, item: Item) -> str:
