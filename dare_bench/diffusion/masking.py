@@ -23,6 +23,8 @@ sampling: same t, same masks). Samplers (official source in brackets):
     espo_masks         ESPO: L+1 stratified levels k/(L+1), complement weights            [_forward_process_espo]
     espo_batch_masks   ESPO over a batch as DARE's worker calls it: levels stratified across the rows when
                        their completion lengths are equal, else one independent level per row  [same]
+    fixed_ratio_masks  GDPO's semi-deterministic MC: at each given ratio t (quadrature nodes), n copies masking
+                       exactly int(t L) tokens, weight 1/t      [GDPO NumericalIntegrationEstimator.forward_process]
 
 Usage:
 
@@ -62,6 +64,7 @@ __all__ = [
     "espo_mask_counts",
     "espo_masks",
     "espo_batch_masks",
+    "fixed_ratio_masks",
 ]
 
 
@@ -665,3 +668,46 @@ def espo_batch_masks(attention_mask: torch.Tensor, prompt_len, *, generator: tor
             p_comp[i, c] = tl / (tl + 1.0) - p
     return _finish(mask, p_mask, response, attention_mask.device, "espo", t=p_mask[:, :, 0].to(dt),
                    p_complement=p_comp)
+
+
+# --- GDPO -----------------------------------------------------------------------------------------------------------
+
+def fixed_ratio_masks(attention_mask: torch.Tensor, prompt_len, *, generator: torch.Generator,
+                      ratios: Sequence[float], n: int = 1, dtype: torch.dtype | None = None) -> MaskDraw:
+    """GDPO's semi-deterministic masks (`KevinRojas1499/GDPO` @ 1918683 `gdpo/likelihood_estimators.py`,
+    `NumericalIntegrationEstimator.forward_process` as `get_log_likelihood` calls it): the mask ratios are given
+    (the quadrature nodes t_q of the time integral), only the positions are random.
+
+    For each ratio t (in the given order), each sequence (in batch order) and each of its n copies: exactly
+    int(t * L) of its L valid completion tokens are masked (Python float product, truncated, as upstream: a ratio
+    with t L < 1 masks nothing), the first int(t L) entries of `randperm(L)`. p_mask = t at every position (the
+    ELBO weight is 1/t, not 1 / (count / L)); `t` of the draw is `[B, len(ratios) * n]`. Copy q * n + k is copy k
+    at ratio q. RNG as upstream after `torch.manual_seed(s)` (CPU): one `randperm(L)` per (ratio, sequence, copy),
+    in that nesting, so a generator seeded s reproduces the official masks of the same batch. Rows without a
+    completion token get no mask and consume no randomness.
+    """
+    _check_generator(generator)
+    _n(n)
+    ratios = [float(t) for t in ratios]
+    if not ratios or any(not 0.0 < t <= 1.0 for t in ratios):
+        raise ConfigError(f"mask ratios must lie in (0, 1], got {ratios}")
+    dt = _dtype(dtype)
+    gdev = generator.device
+    _, response = prompt_response_masks(attention_mask, prompt_len)
+    b, L = attention_mask.shape
+    total = len(ratios) * n
+    resp = response.cpu()
+    idxs = [torch.nonzero(resp[i]).flatten() for i in range(b)]
+    mask = torch.zeros((b, total, L), dtype=torch.bool)
+    for q, t in enumerate(ratios):
+        for i in range(b):
+            target_len = idxs[i].numel()
+            if target_len == 0:
+                continue
+            count = int(t * target_len)
+            for k in range(n):
+                perm = torch.randperm(target_len, generator=generator, device=gdev).cpu()
+                mask[i, q * n + k, idxs[i][perm[:count]]] = True
+    t_copy = torch.tensor([t for t in ratios for _ in range(n)], dtype=dt)
+    p_mask = t_copy[None, :, None].expand(b, total, L).clone()
+    return _finish(mask, p_mask, response, attention_mask.device, "fixed_ratio", t=t_copy[None, :].expand(b, total))

@@ -17,6 +17,7 @@ from dare_bench.diffusion.masking import (
     espo_batch_masks,
     espo_mask_counts,
     espo_masks,
+    fixed_ratio_masks,
     iid_masks,
     prompt_response_masks,
     spg_block_masks,
@@ -164,8 +165,10 @@ SAMPLERS = {
     "ebpo": lambda am, g: ebpo_block_masks(am, 4, generator=g, block_length=3, n=2, repeats=2),
     "espo": lambda am, g: espo_masks(am, 4, generator=g, n=3),
     "espo_batch": lambda am, g: espo_batch_masks(am, 4, generator=g, n=3),
+    "fixed_ratio": lambda am, g: fixed_ratio_masks(am, 4, generator=g, ratios=(0.3, 0.9), n=2),
 }
-COPIES = {"iid": 3, "stratified": 8, "coupled": 3, "d1": 1, "spg": 2, "ebpo": 4, "espo": 3, "espo_batch": 3}
+COPIES = {"iid": 3, "stratified": 8, "coupled": 3, "d1": 1, "spg": 2, "ebpo": 4, "espo": 3, "espo_batch": 3,
+          "fixed_ratio": 4}
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
@@ -187,7 +190,7 @@ def test_seeded_determinism_and_shapes(name):
     assert one.n == 1 and torch.equal(one.mask[:, 0], a.mask[:, -1])
 
 
-@pytest.mark.parametrize("name", ["iid", "stratified", "ebpo", "espo", "espo_batch"])
+@pytest.mark.parametrize("name", ["iid", "stratified", "ebpo", "espo", "espo_batch", "fixed_ratio"])
 def test_prompt_and_padding_never_masked(name):
     am, _ = layout()
     d = SAMPLERS[name](am, gen(3))

@@ -106,6 +106,17 @@ def chunked_no_grad(fn, batch: RolloutBatch, state_rows: dict[str, torch.Tensor]
     return torch.cat(parts, dim=0)
 
 
+def per_iteration_no_grad(fn, batch: RolloutBatch, state_rows: dict[str, torch.Tensor], iterations: int, first: int,
+                          chunk: int | None) -> torch.Tensor:
+    """`[N, iterations]` float32: column it = `fn(batch_slice, rows_slice, it)` for it >= `first`, 0 before (no-grad
+    forwards of `prepare`, chunked over rows): ESPO / GDPO's θ_old values of iterations 1.. and reference values."""
+    def one(b, r):
+        vals = [torch.zeros(b.num_rows, device=b.prompt_ids.device) if it < first else fn(b, r, it).float()
+                for it in range(iterations)]
+        return torch.stack(vals, dim=1)
+    return chunked_no_grad(one, batch, dict(state_rows), chunk)
+
+
 # --- the loss ----------------------------------------------------------------------------------------------------
 
 def bgpo_policy_loss(old_l: torch.Tensor, l: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor, *,

@@ -13,6 +13,8 @@ operations, so that `tests/trainers/test_common_losses.py` can compare values an
 - `agg_loss`, `masked_mean` — verl's aggregation modes (note the +1e-8 of token-mean).
 - `kl_estimate` — verl core k1 / abs / k2 / k3 (`low_var_kl`); `dare_kl_penalty` — DARE's advantage-dependent variant
   (log(1 + diff) where A > 0 before the estimator).
+- `with_kl_term`, `proxy_gradient` — the loss + metrics and the memory-bounded backward of the sequence-level
+  plug-ins (ESPO, EBPO, GDPO).
 
 Conventions: every loss is the quantity MINIMISED (= −objective); log-prob tensors are `[B, R]` over the response.
 """
@@ -240,10 +242,32 @@ def dare_kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str, advan
     raise ConfigError(f"unknown KL estimator {kind!r}; expected one of {list(KL_KINDS)}")
 
 
+# --- sequence-level objectives (ESPO, EBPO, GDPO: one likelihood value per completion) -----------------------------
+def with_kl_term(policy_terms, kl: torch.Tensor | None, beta: float):
+    """(loss, metrics, kl) of a sequence-level clipped loss: `policy_terms` = (pg, clip_frac, ppo_kl,
+    clip_frac_lower) as `espo_policy_loss` / `ebpo_policy_loss` return them, plus β·kl when `kl` (a scalar) is
+    given."""
+    pg, clip_frac, ppo_kl, clip_lower = policy_terms
+    loss = pg if kl is None else pg + beta * kl
+    return loss, {"pg_loss": float(pg.detach()), "clip_frac": float(clip_frac),
+                  "clip_frac_lower": float(clip_lower), "ppo_kl": float(ppo_kl)}, kl
+
+
+def proxy_gradient(objective, value: torch.Tensor, *args, loss_scale: float):
+    """First half of the memory-bounded backward of a sequence-level loss: `objective(proxy, *args)` -> (loss,
+    metrics, kl) on a detached copy of `value` `[n]`, and g = ∂(loss · loss_scale)/∂value. The caller then
+    back-propagates Σ_n g_n ∂value_n/∂θ one forward's graph at a time: the gradient of the loss, memory O(1) in the
+    number of MC copies. Returns (loss, metrics, kl, g)."""
+    proxy = value.detach().requires_grad_(True)
+    loss, metrics, kl = objective(proxy, *args)
+    (g,) = torch.autograd.grad(loss * loss_scale, proxy)
+    return loss, metrics, kl, g
+
+
 __all__ = [
     "AGG_MODES", "ADVANTAGE_MODES", "KL_KINDS", "PolicyLossOutput", "agg_loss",
     "dare_kl_penalty", "group_advantages", "grpo_outcome_advantage", "kl_estimate", "masked_mean", "model_logits",
-    "policy_loss", "token_logprobs",
+    "policy_loss", "proxy_gradient", "token_logprobs", "with_kl_term",
 ]
 
 

@@ -40,7 +40,7 @@ from dare_bench.trainers.algorithms.base import (
     register_algorithm,
 )
 from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, draw_to_rows, elbo_layout, rows_to_draw, with_traits
-from dare_bench.trainers.algorithms.common import group_advantages
+from dare_bench.trainers.algorithms.common import group_advantages, proxy_gradient, with_kl_term
 
 EBPO_KL = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 
@@ -168,14 +168,10 @@ class EBPO(Algorithm):
     def objective(self, B: torch.Tensor, B_old: torch.Tensor, B_ref: torch.Tensor | None, advantages: torch.Tensor,
                   sample_mask: torch.Tensor):
         c = self.config
-        pg, clip_frac, ppo_kl, clip_lower = ebpo_policy_loss(B_old, B, advantages, sample_mask, clip_low=c.clip_eps,
-                                                             clip_high=c.clip_eps_high, clip_ratio_c=c.clip_ratio_c)
-        loss, kl = pg, None
-        if B_ref is not None:
-            kl = ebpo_kl(B, B_ref.to(B.dtype), c.kl_estimator)[sample_mask].mean()
-            loss = loss + c.kl_beta * kl
-        return loss, {"pg_loss": float(pg.detach()), "clip_frac": float(clip_frac),
-                      "clip_frac_lower": float(clip_lower), "ppo_kl": float(ppo_kl)}, kl
+        terms = ebpo_policy_loss(B_old, B, advantages, sample_mask, clip_low=c.clip_eps, clip_high=c.clip_eps_high,
+                                 clip_ratio_c=c.clip_ratio_c)
+        kl = None if B_ref is None else ebpo_kl(B, B_ref.to(B.dtype), c.kl_estimator)[sample_mask].mean()
+        return with_kl_term(terms, kl, c.kl_beta)
 
     def backward(self, policy, batch: RolloutBatch, state: AlgorithmState, advantages: torch.Tensor, *,
                  loss_scale: float, iteration: int) -> dict[str, float]:
@@ -185,9 +181,8 @@ class EBPO(Algorithm):
         with torch.no_grad():
             B_now = self.composite(policy, batch, rows)
         B_old = rows["old_composite"] if "old_composite" in rows else B_now.clone()
-        proxy = B_now.detach().requires_grad_(True)
-        loss, metrics, kl = self.objective(proxy, B_old, rows.get("ref_composite"), advantages, sample_mask)
-        (g,) = torch.autograd.grad(loss * loss_scale, proxy)
+        loss, metrics, kl, g = proxy_gradient(self.objective, B_now, B_old, rows.get("ref_composite"), advantages,
+                                              sample_mask, loss_scale=loss_scale)
         # the chain rule split over MC rows: ∂loss/∂θ = Σ_n g · ∂B/∂ELBO_n · ∂ELBO_n/∂θ with ∂B/∂ELBO_n = 1/N
         for k in range(N):
             e = self.row_elbo(policy, batch, rows, k)

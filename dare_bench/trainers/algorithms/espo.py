@@ -64,8 +64,8 @@ from dare_bench.trainers.algorithms.base import (
     RolloutBatch,
     register_algorithm,
 )
-from dare_bench.trainers.algorithms.bgpo import chunked_no_grad, elbo_layout, with_traits
-from dare_bench.trainers.algorithms.common import group_advantages
+from dare_bench.trainers.algorithms.bgpo import elbo_layout, per_iteration_no_grad, with_traits
+from dare_bench.trainers.algorithms.common import group_advantages, proxy_gradient, with_kl_term
 
 ESPO_KL = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 
@@ -201,11 +201,8 @@ class ESPO(Algorithm):
         rows = {"mask": draw.mask, "p_mask": draw.p_mask, "p_complement": draw.p_complement}
 
         def per_iteration(model, first: int):
-            def fn(b, r):
-                vals = [torch.zeros(b.num_rows, device=b.prompt_ids.device) if it < first
-                        else self.normalized(model, b, r, it) for it in range(I)]
-                return torch.stack([v.float() for v in vals], dim=1)
-            return chunked_no_grad(fn, batch, dict(rows), self.forward_batch_size)
+            return per_iteration_no_grad(lambda b, r, it: self.normalized(model, b, r, it), batch, rows, I, first,
+                                         self.forward_batch_size)
 
         if I > 1:  # iteration 0 runs at θ = θ_old: its b_old is the b of the update's own no-grad pass
             rows["old"] = per_iteration(policy, 1)
@@ -223,15 +220,10 @@ class ESPO(Algorithm):
         shape = completion_mask.shape
         expand = lambda v: v.to(b.dtype)[:, None].expand(shape)  # noqa: E731
         mask = completion_mask.to(b.dtype)
-        pg, clip_frac, ppo_kl, clip_lower = espo_policy_loss(
-            expand(b_old), expand(b), expand(advantages) * mask, completion_mask, clip_low=c.clip_eps,
-            clip_high=c.clip_eps_high, clip_ratio_c=c.clip_ratio_c)
-        loss, kl = pg, None
-        if b_ref is not None:
-            kl = espo_kl(b * R, b_ref.to(b.dtype) * R, R, c.kl_estimator).mean()
-            loss = loss + c.kl_beta * kl
-        return loss, {"pg_loss": float(pg.detach()), "clip_frac": float(clip_frac),
-                      "clip_frac_lower": float(clip_lower), "ppo_kl": float(ppo_kl)}, kl
+        terms = espo_policy_loss(expand(b_old), expand(b), expand(advantages) * mask, completion_mask,
+                                 clip_low=c.clip_eps, clip_high=c.clip_eps_high, clip_ratio_c=c.clip_ratio_c)
+        kl = None if b_ref is None else espo_kl(b * R, b_ref.to(b.dtype) * R, R, c.kl_estimator).mean()
+        return with_kl_term(terms, kl, c.kl_beta)
 
     def backward(self, policy, batch: RolloutBatch, state: AlgorithmState, advantages: torch.Tensor, *,
                  loss_scale: float, iteration: int) -> dict[str, float]:
@@ -246,9 +238,8 @@ class ESPO(Algorithm):
             b_now = self.normalized(policy, batch, rows, iteration)
         b_old = rows["old"][:, iteration] if ("old" in rows and iteration > 0) else b_now.clone()
         b_ref = rows["ref"][:, iteration] if "ref" in rows else None
-        proxy = b_now.detach().requires_grad_(True)
-        loss, metrics, kl = self.objective(proxy, b_old, b_ref, advantages, batch.completion_mask, R)
-        (g,) = torch.autograd.grad(loss * loss_scale, proxy)
+        loss, metrics, kl, g = proxy_gradient(self.objective, b_now, b_old, b_ref, advantages, batch.completion_mask,
+                                              R, loss_scale=loss_scale)
         # ∂loss/∂θ = Σ_n g_n ∂b_n/∂θ, b_n = (1/M) Σ_m E_nm / R, E = ½ (masked half + complement half) with reduce_var
         ids, attn, _ = elbo_layout(batch)
         draw = self._draw(batch, rows)
