@@ -206,5 +206,6 @@ def load_checkpoint(path: str | Path, *, model, optimizer, scheduler) -> tuple[d
     return state, rng
 
 
-__all__ = ["ALGORITHM_FILE", "STATE_FILE", "load_algorithm_state", "capture_rng", "checkpoint_path", "is_peft", "latest_checkpoint", "list_checkpoints",
+__all__ = ["ALGORITHM_FILE", "STATE_FILE", "capture_rng", "checkpoint_path", "is_peft", "latest_checkpoint",
+           "list_checkpoints", "load_algorithm_state",
            "load_checkpoint", "load_model_weights", "restore_rng", "save_checkpoint", "save_model"]

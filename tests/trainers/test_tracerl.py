@@ -4,6 +4,7 @@ the value model (zero head, clipped loss), checkpointed plug-in state, and the M
 
 import pytest
 import torch
+from test_cj_grpo import _micro_block, _rollout
 
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.algorithms import get_algorithm
@@ -16,7 +17,6 @@ from dare_bench.trainers.algorithms.tracerl import (
 )
 
 from rl_fakes import micro_llada
-from test_cj_grpo import _micro_block, _rollout
 
 
 def test_refused_on_mdlm_and_reference_kl():
@@ -119,7 +119,7 @@ def test_logprobs_are_direct_forwards_of_the_recorded_states():
     rows, score_at, _, _ = algo.plan(batch)
     with torch.no_grad():
         lp = algo.trace_outputs(model, batch, rows, score_at)
-    P, C = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    P = batch.prompt_ids.shape[1]
     from dare_bench.models.layers import block_causal_mask
 
     checked = 0
