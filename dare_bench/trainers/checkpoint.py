@@ -31,6 +31,7 @@ from dare_bench.errors import CheckpointError
 from dare_bench.fileio import atomic_directory
 
 STATE_FILE = "trainer_state.json"
+ALGORITHM_FILE = "algorithm.pt"  # Algorithm.state_dict(), only when non-empty
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -140,7 +141,8 @@ def load_model_weights(model, directory: Path) -> None:
 def save_checkpoint(root: str | Path, step: int, *, model, optimizer, scheduler, trainer_state: dict[str, Any],
                     rng: dict[str, Any] | list[dict[str, Any]], tokenizer=None, keep_last: int | None = None,
                     model_state: dict[str, torch.Tensor] | None = None,
-                    optimizer_state: dict[str, Any] | None = None) -> Path:
+                    optimizer_state: dict[str, Any] | None = None,
+                    algorithm_state: dict[str, Any] | None = None) -> Path:
     """Write `root/step-<step>/` atomically; `trainer_state` must be JSON-serialisable. Returns the directory.
 
     An FSDP2-sharded run passes the gathered full `model_state` / `optimizer_state` (`trainers.distributed`
@@ -151,12 +153,25 @@ def save_checkpoint(root: str | Path, step: int, *, model, optimizer, scheduler,
         torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng, tmp / "rng.pt")
+        if algorithm_state:  # a plug-in's own state (Algorithm.state_dict: e.g. TraceRL's value model)
+            torch.save(algorithm_state, tmp / ALGORITHM_FILE)
         state = dict(trainer_state, step=step, complete=True)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, allow_nan=True) + "\n")
     if keep_last is not None:
         for _, old in list_checkpoints(root)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def load_algorithm_state(path: str | Path) -> dict[str, Any]:
+    """The plug-in state a checkpoint holds (`{}` when it has none)."""
+    f = Path(path) / ALGORITHM_FILE
+    if not f.exists():
+        return {}
+    try:
+        return torch.load(f, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot restore the algorithm state ({exc})") from None
 
 
 def load_checkpoint(path: str | Path, *, model, optimizer, scheduler) -> tuple[dict[str, Any], Any]:
@@ -191,5 +206,6 @@ def load_checkpoint(path: str | Path, *, model, optimizer, scheduler) -> tuple[d
     return state, rng
 
 
-__all__ = ["STATE_FILE", "capture_rng", "checkpoint_path", "is_peft", "latest_checkpoint", "list_checkpoints",
+__all__ = ["ALGORITHM_FILE", "STATE_FILE", "capture_rng", "checkpoint_path", "is_peft", "latest_checkpoint",
+           "list_checkpoints", "load_algorithm_state",
            "load_checkpoint", "load_model_weights", "restore_rng", "save_checkpoint", "save_model"]

@@ -56,6 +56,7 @@ from dare_bench.trainers.checkpoint import (
     capture_rng,
     is_peft,
     latest_checkpoint,
+    load_algorithm_state,
     load_checkpoint,
     restore_rng,
     save_checkpoint,
@@ -594,6 +595,7 @@ class RLRecipe:
         self.step, self.opt_step = int(state["step"]), int(state["optimizer_steps"])
         self.history = list(state["history"])
         self.stream.load_state(state["data"])
+        self.algo.load_state_dict(load_algorithm_state(found))
         ranks = rng if isinstance(rng, list) else [rng]
         if len(ranks) != dist.world_size:
             raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {dist.world_size}")
@@ -778,7 +780,7 @@ class RLRecipe:
             path = save_checkpoint(self.ckpt_root, self.step, model=self.policy, optimizer=self.optimizer,
                                    scheduler=self.scheduler, trainer_state=trainer_state, rng=rng_all,
                                    keep_last=self.opts.keep_last, model_state=model_state,
-                                   optimizer_state=optimizer_state)
+                                   optimizer_state=optimizer_state, algorithm_state=self.algo.state_dict())
         barrier(self.dist)
         return path or checkpoint_path_for(self.ckpt_root, self.step)
 

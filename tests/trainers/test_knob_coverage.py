@@ -53,8 +53,9 @@ def test_the_plugin_reads_every_setting_the_loader_accepts(name, monkeypatch):
     config_cls = cls.Config
     monkeypatch.setattr(cls, "Config", staticmethod(lambda **kw: ReadTracker(config_cls(**kw), seen)))
     many_samples = "mc_samples" in config_cls.model_fields and config_cls.model_fields["mc_samples"].default > 1
-    # with and without a KL term (SPG and wd1 refuse one), so that the reference-model branches read their settings
-    for beta_kl in (0.0, 0.05) if name not in ("spg", "wd1") else (0.0,):
+    # with and without a KL term (SPG, wd1 and TraceRL refuse one): the reference branches read their settings
+    no_kl = ("spg", "wd1", "tracerl")
+    for beta_kl in (0.0, 0.05) if name not in no_kl else (0.0,):
         model = micro_llada(0) if "bidirectional" in cls.attention_kinds else micro_sdar(0)
         knobs = {"spg": {"mask_block_length": 2}}.get(name, {})  # 4-token completions: 2 mask blocks
         train_rl(model, CharTokenizer(), ReverseTask(), name,

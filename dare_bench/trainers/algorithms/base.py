@@ -51,6 +51,12 @@ Refinements made with the shared loop (all backwards compatible):
 - Training progress: before each rollout batch's update the loop sets `optimizer_step` (optimizer steps done so far;
   `backward`'s `iteration` counts on from it) and `total_optimizer_steps` (the run's length), for losses with a
   time schedule (d-TreeRPO's self-distillation weight).
+- Plug-in state in checkpoints: `state_dict()` -> dict of anything `torch.save` writes (default `{}`: nothing) and
+  `load_state_dict(state)`. The loop writes a non-empty one as `algorithm.pt` beside the policy's optimizer in every
+  checkpoint and hands it back on `--resume` before the first update. A plug-in that trains a module of its own
+  (TraceRL's value model: a second network with its own AdamW, trained inside `prepare` before the policy update)
+  keeps that module and its optimizer here; the loop never sees them (its optimizer, LR schedule, gradient
+  clipping and FSDP sharding are the policy's only).
 """
 
 from __future__ import annotations
@@ -216,6 +222,13 @@ class Algorithm:
         row is padded), under no grad, the policy in eval mode. `settings` are the loop's sampler settings (after
         `check_rollout`), `generator` the rollout noise."""
         raise NotImplementedError(f"{self.name} does not generate its own rollouts")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plug-in state to checkpoint (modules of its own, their optimizers, counters); `{}` = nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s output on resume (called before the first `prepare`)."""
 
     def micro_batch_block(self, batch: RolloutBatch) -> int:
         """Rows of `batch` that must stay in one micro-batch (its micro-batches are multiples of this)."""

@@ -191,9 +191,10 @@ class CJGRPO(Algorithm):
         return rows, assign
 
     def step_logprobs(self, model, batch: RolloutBatch, rows: list[RowTrajectory], step: int,
-                      with_entropy: bool = False):
+                      with_entropy: bool = False, reduce=None):
         """ℓ^(step) `[n, C]` of the completion tokens given each row's state before `step` (0 for rows whose
-        trajectory is shorter), calling the model as the sampler did."""
+        trajectory is shorter), calling the model as the sampler did. `reduce(outputs [n, C, V])` -> `[n, C]`
+        replaces the log-prob of the completion token (TraceRL's value head reads its scalar output there)."""
         from dare_bench.models.base import shift_logits
         from dare_bench.models.layers import block_causal_mask
 
@@ -238,7 +239,8 @@ class CJGRPO(Algorithm):
                     logits = model(states, **kw)
                     logits = logits.logits if hasattr(logits, "logits") else logits
                 logits = shift_logits(logits, shift)
-            res = token_logprobs(logits[:, P:P + C], batch.completion_ids[idx], with_entropy=with_entropy)
+            res = (reduce(logits[:, P:P + C]) if reduce is not None else
+                   token_logprobs(logits[:, P:P + C], batch.completion_ids[idx], with_entropy=with_entropy))
             pieces.append((idx, res))
         if not pieces:
             return (out, ent) if with_entropy else out
