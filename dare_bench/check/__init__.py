@@ -150,13 +150,13 @@ def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:
     return changes
 
 
-def _names(names: list[str], directory: Path, scale: str) -> list[str]:
+def _names(names: list[str], directory: Path, scale: str, gradients_only_ok: bool = False) -> list[str]:
     from dare_bench.check import baseline as bl
 
     if names:
         return list(dict.fromkeys(names))
     found = bl.available(directory, scale)
-    if not found:
+    if not found and not gradients_only_ok:
         raise DareBenchError(f"no baselines at scale {scale!r} in {directory}; record one with "
                              f"`dare-bench check --record NAME --scale {scale}`")
     return found
@@ -186,7 +186,9 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
         raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
     started = time.perf_counter()
     directory = bl.baselines_directory(baselines)
-    names = _names(list(names or []), directory, scale)
+    from dare_bench.check import gradients as gr
+
+    names = _names(list(names or []), directory, scale, gradients and gr.path_in(directory).exists())
     docs = {}
     for name in names:
         _config(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
@@ -255,8 +257,6 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
         store.close()
     grad_entries = []
     if gradients:
-        from dare_bench.check import gradients as gr
-
         with pinned_threads(threads):  # recorded at --threads (1): the same reduction order
             grad_entries = gr.check(directory, log=log)
     statuses = {e["status"] for e in entries + grad_entries}
