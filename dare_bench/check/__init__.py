@@ -10,6 +10,7 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
     dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
                                                              # keeping the overrides it pins (-o key=value: new ones)
+    dare-bench check --record-gradients                      # (re-)record every plug-in's gradient snapshot
     git diff dare_bench/reproductions/baselines/             # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
@@ -27,6 +28,10 @@ evaluation exercises the sampler and grader even when post-training moves nothin
 reward_mean (RL) and loss (every trainer): the mean residual against the recorded mean curve, and the sign split of
 the residuals. A micro base can score 0 accuracy on every item; score / mean_reward (continuous) and the curves
 still move, which is why they are checked too.
+
+Gradient snapshots (check/gradients.py, baselines/gradients.json): every RL plug-in's loss, gradient norm and a
+64-dim projection of its gradient on a pinned micro rollout batch, compared on every check (`--no-gradients`
+skips; `--record-gradients` re-records): a sign-flipped or rescaled loss moves no micro score, but fails here.
 
 The tolerance rule, and why:
 * A baseline holds K >= 2 seeds of the same config (default 3). A check run on another machine differs from the

@@ -46,8 +46,8 @@ MC_SAMPLES = 2  # for plug-ins whose default is more (BGPO / EBPO: 16): same cod
 DIMS = 64
 CHUNK = 1 << 16  # gradient entries per projection block: at most DIMS x CHUNK random numbers at a time
 
-# Tolerances: TOL_FACTOR x the largest noise `noise()` measured over the 15 entries (Intel Xeon, torch CPU, float32,
-# recorded at 1 thread), with a floor. Measured maxima:
+# Tolerances: TOL_FACTOR x the largest noise `noise()` measured over the 15 entries (Intel Xeon, torch 2.13 CPU,
+# float32, recorded at 1 thread), with a floor. Measured maxima:
 #                                       1 - cos      |norm ratio - 1|   |d loss| / |loss|   (|d loss|)
 #   1 vs 2 torch threads                 8.2e-15      6.5e-9             0                  (0)
 #   one vs two micro-batches (1)         3.6e-14      2.5e-8             1.3e-6             (8.4e-9)
