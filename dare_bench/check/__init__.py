@@ -10,6 +10,7 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
     dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
                                                              # keeping the overrides it pins (-o key=value: new ones)
+    dare-bench check --record-gradients                      # (re-)record every plug-in's gradient snapshot
     git diff dare_bench/reproductions/baselines/             # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
@@ -27,6 +28,10 @@ evaluation exercises the sampler and grader even when post-training moves nothin
 reward_mean (RL) and loss (every trainer): the mean residual against the recorded mean curve, and the sign split of
 the residuals. A micro base can score 0 accuracy on every item; score / mean_reward (continuous) and the curves
 still move, which is why they are checked too.
+
+Gradient snapshots (check/gradients.py, baselines/gradients.json): every RL plug-in's loss, gradient norm and a
+64-dim projection of its gradient on a pinned micro rollout batch, compared on every check (`--no-gradients`
+skips; `--record-gradients` re-records): a sign-flipped or rescaled loss moves no micro score, but fails here.
 
 The tolerance rule, and why:
 * A baseline holds K >= 2 seeds of the same config (default 3). A check run on another machine differs from the
@@ -150,13 +155,13 @@ def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:
     return changes
 
 
-def _names(names: list[str], directory: Path, scale: str) -> list[str]:
+def _names(names: list[str], directory: Path, scale: str, gradients_only_ok: bool = False) -> list[str]:
     from dare_bench.check import baseline as bl
 
     if names:
         return list(dict.fromkeys(names))
     found = bl.available(directory, scale)
-    if not found:
+    if not found and not gradients_only_ok:
         raise DareBenchError(f"no baselines at scale {scale!r} in {directory}; record one with "
                              f"`dare-bench check --record NAME --scale {scale}`")
     return found
@@ -176,8 +181,9 @@ def _latest_run(store, name: str, scale: str, config_hash: str) -> tuple[int | N
 
 def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str | None = None, run: bool = False,
               baselines: str | None = None, alpha: float = DEFAULT_ALPHA, reuse_cache: bool = False,
-              threads: int | None = DEFAULT_THREADS, log: Log = print) -> dict[str, Any]:
-    """Check `names` (default: every reproduction with a baseline at `scale`); returns the JSON report."""
+              threads: int | None = DEFAULT_THREADS, gradients: bool = True, log: Log = print) -> dict[str, Any]:
+    """Check `names` (default: every reproduction with a baseline at `scale`) and, with `gradients`, every RL
+    plug-in's gradient snapshot (baselines/gradients.json, see check/gradients.py); returns the JSON report."""
     from dare_bench.check import baseline as bl
     from dare_bench.check import compare as cmp
     from dare_bench.check import stats
@@ -185,7 +191,9 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
         raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
     started = time.perf_counter()
     directory = bl.baselines_directory(baselines)
-    names = _names(list(names or []), directory, scale)
+    from dare_bench.check import gradients as gr
+
+    names = _names(list(names or []), directory, scale, gradients and gr.path_in(directory).exists())
     docs = {}
     for name in names:
         _config(name, scale)  # an unknown reproduction or scale is bad input: one error before any work
@@ -252,12 +260,30 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
             entry["status"] = "fail" if failed else "pass"
             entry["message"] = ("moved beyond tolerance: " + ", ".join(failed)) if failed else ""
         store.close()
-    statuses = {e["status"] for e in entries}
+    grad_entries = []
+    if gradients:
+        with pinned_threads(threads):  # recorded at --threads (1): the same reduction order
+            grad_entries = gr.check(directory, log=log)
+    statuses = {e["status"] for e in entries + grad_entries}
     # A found regression is the more specific news: it wins over "could not check" for the exit code.
     overall = "fail" if "fail" in statuses else ("error" if "error" in statuses else "pass")
     return {"status": overall, "exit_code": EXIT[overall], "scale": scale, "alpha": alpha, "tests": m,
             "z_critical": z_crit, "run": run, "db": url, "wall_seconds": round(time.perf_counter() - started, 2),
-            "reproductions": entries}
+            "reproductions": entries, "gradients": grad_entries}
+
+
+def record_gradients(*, baselines: str | None = None, threads: int | None = DEFAULT_THREADS,
+                     log: Log = print) -> Path:
+    """Record every RL plug-in's gradient snapshot into <baselines>/gradients.json; returns its path."""
+    from dare_bench.check import baseline as bl
+    from dare_bench.check import gradients as gr
+
+    path = gr.path_in(bl.baselines_directory(baselines))
+    with pinned_threads(threads):
+        doc = gr.record(log=log)
+    gr.write(path, doc)
+    log(f"recorded {path} ({len(doc['entries'])} snapshots); review it with `git diff {path}` before committing")
+    return path
 
 
 def record_baselines(names: list[str], *, scale: str = "micro", seeds: int = DEFAULT_SEEDS, db: str | None = None,
@@ -303,7 +329,8 @@ def _fmt(v: float | None) -> str:
 def table_lines(report: dict[str, Any]) -> list[str]:
     header = ("reproduction", "check", "baseline", "current", "delta", "tolerance", "z", "status")
     rows = []
-    for e in report["reproductions"]:
+    everything = report["reproductions"] + report.get("gradients", [])
+    for e in everything:
         if not e["checks"]:
             rows.append((e["name"], "-", "-", "-", "-", "-", "-", e["status"].upper()))
         for c in e["checks"]:
@@ -314,24 +341,26 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("")
-    for e in report["reproductions"]:
-        where = f"run {e['run_id']}, seed {e['seed']}" if e["run_id"] is not None else "no run"
+    for e in everything:
+        where = ("pinned micro batch" if e.get("kind") == "gradient" else
+                 f"run {e['run_id']}, seed {e['seed']}" if e["run_id"] is not None else "no run")
         took = f", {e['wall_seconds']:.1f}s" if e["wall_seconds"] is not None else ""
         lines.append(f"{e['status'].upper():5} {e['name']} [{e['scale']}] ({where}{took})"
                      + (f": {e['message']}" if e["message"] else ""))
         if e.get("environment_changes") and e["status"] != "pass":
             lines.append("      recorded on another environment: " + ", ".join(
                 f"{k} {a} -> {b}" for k, (a, b) in e["environment_changes"].items()))
+    grads = report.get("gradients", [])
     lines.append(f"{report['status'].upper()}: {len(report['reproductions'])} reproduction(s), {report['tests']} "
-                 f"tests, family-wise alpha {report['alpha']:g} (|z| <= {report['z_critical']:.2f}), "
-                 f"{report['wall_seconds']:.0f}s")
+                 f"tests, family-wise alpha {report['alpha']:g} (|z| <= {report['z_critical']:.2f}); "
+                 f"{len(grads)} gradient snapshot(s); {report['wall_seconds']:.0f}s")
     return lines
 
 
 def junit_xml(report: dict[str, Any]) -> str:
     """JUnit XML: one testsuite per reproduction, one testcase per check (an unrunnable one is an <error>)."""
     suites = ET.Element("testsuites", name="dare-bench check")
-    for e in report["reproductions"]:
+    for e in report["reproductions"] + report.get("gradients", []):
         checks = e["checks"] or [{"name": "run", "status": e["status"], "detail": e["message"]}]
         suite = ET.SubElement(suites, "testsuite", name=f"{e['name']}[{e['scale']}]", tests=str(len(checks)),
                               failures=str(sum(c["status"] == "fail" for c in checks)),
@@ -378,10 +407,21 @@ def register(app: typer.Typer) -> None:
                                                                       "(recorded with the baseline's hardware)."),
         reuse_cache: bool = typer.Option(False, "--reuse-cache", help="Reuse cached SFT bases and base evaluations "
                                                                       "(faster; blind to changes below them)."),
+        gradients: bool = typer.Option(True, "--gradients/--no-gradients", help="Also compare every RL plug-in's "
+                                       "gradient snapshot on its pinned micro batch with <baselines>/gradients.json "
+                                       "(loss, gradient norm, cosine of a 64-dim projection; seconds)."),
+        record_grads: bool = typer.Option(False, "--record-gradients", help="Record every RL plug-in's gradient "
+                                          "snapshot into <baselines>/gradients.json instead of checking."),
     ) -> None:
         """CI regression check: compare runs with the pinned baselines (exit 0 pass, 1 regression, 2 unchecked)."""
         log = lambda msg: typer.echo(msg, err=True)  # noqa: E731 - stdout carries only the table / JSON
         try:
+            if record_grads:
+                if record or names:
+                    raise ConfigError("--record-gradients records every plug-in's snapshot; it takes no names "
+                                      "and no --record")
+                typer.echo(str(record_gradients(baselines=baselines, threads=threads, log=log)))
+                return
             if record:
                 for path in record_baselines(list(names or []), scale=scale, seeds=seeds, db=db,
                                              baselines=baselines, reuse_cache=reuse_cache,
@@ -391,7 +431,7 @@ def register(app: typer.Typer) -> None:
             if override:
                 raise ConfigError("--override is for --record (a check uses the overrides its baseline pins)")
             report = run_check(list(names or []), scale=scale, db=db, run=run, baselines=baselines, alpha=alpha,
-                               reuse_cache=reuse_cache, threads=threads, log=log)
+                               reuse_cache=reuse_cache, threads=threads, gradients=gradients, log=log)
             if junit is not None:
                 from dare_bench.fileio import atomic_write_text
 
@@ -408,4 +448,4 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(report["exit_code"])
 
 
-__all__ = ["register", "run_check", "record_baselines", "table_lines", "junit_xml", "fresh_home"]
+__all__ = ["register", "run_check", "record_baselines", "record_gradients", "table_lines", "junit_xml", "fresh_home"]
