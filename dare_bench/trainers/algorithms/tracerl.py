@@ -293,7 +293,7 @@ class TraceRL(CJGRPO):
                     v = self.step_logprobs(net, sub, sub_rows, s, reduce=_value_of)
                     loss = self.value_loss(v, old_values[sl], returns[sl], m.to(v.dtype), C) / n_rows
                     loss.backward()
-                    total += float(loss)
+                    total += float(loss.detach())
                 if c.value_max_grad_norm is not None:
                     torch.nn.utils.clip_grad_norm_(net.parameters(), c.value_max_grad_norm)
                 opt.step()
