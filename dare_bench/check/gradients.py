@@ -72,8 +72,9 @@ LOSS_ABS_FLOOR = max(TOL_FACTOR * 7.0e-8, 1e-6)  # ... plus 7e-5 absolute (a GRP
 
 # ---------------------------------------------------------------------------------------------- the pinned batch
 
-class _Tokenizer:
-    """Digits 0-9 are ids 0-9, ':' is 10; PAD / EOS / MASK the special ids above."""
+class CharTokenizer:
+    """Digits 0-9 are ids 0-9, ':' is 10; PAD / EOS / MASK the special ids above (HF-like calls only; the plug-in
+    tests' fakes use it too)."""
 
     pad_token_id, eos_token_id, mask_token_id, bos_token_id = PAD, EOS, MASK, None
     _chars = "0123456789:"
@@ -82,8 +83,13 @@ class _Tokenizer:
         return [self._chars.index(ch) for ch in text]
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        return "".join(self._chars[i] for i in (ids.tolist() if hasattr(ids, "tolist") else ids)
-                       if i < len(self._chars))
+        out = []
+        for i in (ids.tolist() if hasattr(ids, "tolist") else list(ids)):
+            if i < len(self._chars):
+                out.append(self._chars[i])
+            elif not skip_special_tokens:
+                out.append({PAD: "<pad>", EOS: "<eos>", MASK: "<mask>"}.get(i, "?"))
+        return "".join(out)
 
 
 class _Grade:
@@ -203,7 +209,7 @@ def snapshot(algorithm: str, backbone: str, *, dtype=None, micro_batches: int = 
     task = _ReverseTask()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(POLICY_SEED)  # a plug-in drawing from the global RNG (dropout, a value head) is pinned too
-        batch, _ = rollout_batch(policy, _Tokenizer(), task, task.items, list(range(PROMPTS)), GROUP, settings,
+        batch, _ = rollout_batch(policy, CharTokenizer(), task, task.items, list(range(PROMPTS)), GROUP, settings,
                                  generator=torch.Generator().manual_seed(ROLLOUT_SEED), algorithm=algo)
         if dtype is not None:
             policy.to(dtype)

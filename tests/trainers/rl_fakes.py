@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from dare_bench.check.gradients import CharTokenizer  # noqa: F401  (the fakes' tokenizer: one copy)
+
 PAD, EOS, MASK = 13, 14, 15
 VOCAB = 16
 
@@ -66,26 +68,6 @@ def micro_sdar(seed: int = 0, **overrides):
         torch.manual_seed(seed)
         model.init_weights()
     return model
-
-
-class CharTokenizer:
-    """Digits 0-9 are ids 0-9, ':' is 10; PAD / EOS / MASK are the special ids above (HF-like calls only)."""
-
-    pad_token_id, eos_token_id, mask_token_id, bos_token_id = PAD, EOS, MASK, None
-    _chars = "0123456789:"
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [self._chars.index(ch) for ch in text]
-
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        out = []
-        for i in ids:
-            if i < len(self._chars):
-                out.append(self._chars[i])
-            elif not skip_special_tokens:
-                out.append({PAD: "<pad>", EOS: "<eos>", MASK: "<mask>"}.get(i, "?"))
-        return "".join(out)
 
 
 @dataclass(frozen=True)
