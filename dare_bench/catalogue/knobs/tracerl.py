@@ -19,7 +19,6 @@ class TraceRLConfig(AlgorithmConfig):
     unused_shared_settings = frozenset({"loss_agg", "clip_ratio_c", "kl_estimator", "clip_eps_high", "advantage"})
 
     clip_eps: float = Field(0.2, gt=0, lt=1)  # training.eps
-    kl_beta: float = Field(0.0, ge=0)  # refused when > 0 (validate): upstream's KL is to the old policy
     old_kl_beta: float = Field(0.01, ge=0)  # training.beta (with use_kl_estimator_k3: True), KL to π_old
     shrink: int = Field(1, ge=1)  # training.shrink: s neighbouring steps of a block aggregated into one
     value_model: bool = True  # rl_sdar_with_value.yaml (model.value_base_model set); false = rl_sdar.yaml
