@@ -112,8 +112,9 @@ class _ReverseTask:
         return _Grade(completion[:3] == target, sum(close) / 3)
 
 
-def micro_model(backbone: str, seed: int):
-    """A 1-layer backbone with the 16-token vocabulary, initialised from `seed` (global RNG untouched)."""
+def micro_model(backbone: str, seed: int, **overrides):
+    """A 1-layer backbone with the 16-token vocabulary, initialised from `seed` (global RNG untouched); `overrides`
+    change its preset sizes (the plug-in tests' fakes build theirs here too)."""
     import torch
 
     from dare_bench.models.families import detect_family
@@ -121,7 +122,7 @@ def micro_model(backbone: str, seed: int):
     from dare_bench.models.presets import preset_config
 
     preset, sizes = PRESETS[backbone]
-    cfg = preset_config(preset, **sizes)
+    cfg = preset_config(preset, **{**sizes, **overrides})
     cfg = detect_family(cfg).adapt_vocab(cfg, vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS,
                                          pad_token_id=PAD, bos_token_id=None)
     model = build_model(cfg)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from dare_bench.check.gradients import CharTokenizer  # noqa: F401  (the fakes' tokenizer: one copy)
+from dare_bench.check.gradients import CharTokenizer, micro_model  # noqa: F401  (one copy of each)
 
 PAD, EOS, MASK = 13, 14, 15
 VOCAB = 16
@@ -20,19 +20,7 @@ VOCAB = 16
 
 def micro_llada(seed: int = 0, **overrides):
     """A 1-layer LLaDA (official module layout) with a 16-token vocabulary, seeded init."""
-    from dare_bench.models.io import build_model
-    from dare_bench.models.llada import adapt_vocab
-    from dare_bench.models.presets import preset_config
-
-    sizes = dict(n_layers=1, d_model=32, n_heads=2, n_kv_heads=2, mlp_hidden_size=64)
-    sizes.update(overrides)
-    cfg = preset_config("tiny-llada", **sizes)
-    cfg = adapt_vocab(cfg, vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-    model = build_model(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model.init_weights()
-    return model
+    return micro_model("llada", seed, **overrides)
 
 
 def micro_dream(seed: int = 0):
@@ -53,21 +41,7 @@ def micro_dream(seed: int = 0):
 
 def micro_sdar(seed: int = 0, **overrides):
     """A 1-layer SDAR (block diffusion, block size 4) with the same 16-token vocabulary, seeded init."""
-    from dare_bench.models.families import detect_family
-    from dare_bench.models.io import build_model
-    from dare_bench.models.presets import preset_config
-
-    sizes = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                 intermediate_size=64, max_window_layers=1)
-    sizes.update(overrides)
-    cfg = preset_config("tiny-sdar", **sizes)
-    cfg = detect_family(cfg).adapt_vocab(cfg, vocab_size=VOCAB, mask_token_id=MASK, eos_token_id=EOS,
-                                         pad_token_id=PAD, bos_token_id=None)
-    model = build_model(cfg)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model.init_weights()
-    return model
+    return micro_model("sdar", seed, **overrides)
 
 
 @dataclass(frozen=True)
