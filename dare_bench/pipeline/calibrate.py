@@ -111,8 +111,10 @@ def calibrate(name: str, scale: str = "tiny", *, at: list[int] | tuple[int, ...]
     model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, list(items))
     recipe = cfg.profile.base.model_dump(exclude={"start_step"})
     scan = Scan(name=name, scale=scale, metric=cfg.profile.eval.metric, window=window, recipe=recipe)
+    limit = cfg.profile.eval.limit
+    # the limit caps the test set (a generated one may be smaller): "up to"
     log(f"calibrate: SFT of {cfg.profile.model.preset} on {len(examples)} {cfg.task} examples, evaluated at "
-        f"steps {', '.join(map(str, at))} ({cfg.profile.eval.limit or 'all'} test items each)")
+        f"steps {', '.join(map(str, at))} ({f'up to {limit}' if limit else 'all'} test items each)")
     start = time.perf_counter()
     evaluation_seconds = 0.0
 
