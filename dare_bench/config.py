@@ -31,6 +31,7 @@ import copy
 import difflib
 import hashlib
 import json
+import math
 import re
 from typing import Any, ClassVar, Literal
 
@@ -219,10 +220,9 @@ class TrainSettings(Strict):
 
 
 class EvalSettings(Strict):
-    """The evaluation of the final (last) model: one decoded sample per item."""
+    """The evaluation of the final (last) model: one decoded sample per item, or the mean over `repeats` samples."""
 
     removed: ClassVar[dict[str, str]] = {
-        "repeats": "the evaluator decodes one sample per item (pass@1)",
         "checkpoint": "the final evaluation is of the last model; picking the best on the test set is selection "
                       "on the test set",
     }
@@ -231,6 +231,10 @@ class EvalSettings(Strict):
     limit: int | None = Field(None, gt=0, description="first N items of the split; None = all")
     batch_size: int = Field(16, gt=0)
     metric: str = Field("accuracy", description="primary metric written to the store")
+    # Left out of dumps at 1, so adding the field kept every existing config hash unchanged.
+    repeats: int = Field(1, ge=1, exclude_if=lambda v: v == 1,
+                         description="independent samples per item, the metric averaged over all of them "
+                                     "(OpenCompass' repeatN datasets: DARE scores AIME as the mean of 8)")
     sampler: SamplerSettings
 
 
@@ -250,7 +254,28 @@ class ScaleProfile(Strict):
         "(Task.with_options)")
 
 
+def scale_refusal(task, scale: str, algorithm: str, backbone: str) -> str:
+    """Why `algorithm-backbone-task` has no `scale`, naming what to run instead (the task's own reason, except for
+    an evaluation of a released checkpoint, whose CPU path is the same evaluation of a shrunk checkpoint)."""
+    if algorithm == "released":
+        return (f"released-{backbone}-{task.name} evaluates the released checkpoint (paper scale only); the same "
+                f"path on CPU, with shrunk random weights: dare-bench eval-suite {backbone} --shrunk --benchmarks "
+                f"{task.name}")
+    return task.scale_refusal(scale, algorithm, backbone)
+
+
 # ---------------------------------------------------------------------------------------- reported scores
+
+# Our metrics that are fractions of 1, where papers report percentages (the leaderboard, `check` and the
+# evaluation suite compare in percent).
+FRACTION_METRICS = ("accuracy", "pass@1", "pass@k", "score", "exact_match")
+
+
+def to_percent(value: float | None, metric: str) -> float | None:
+    """Our fraction-of-1 metrics as percentages (the unit papers report); other metrics unchanged."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return 100.0 * value if metric in FRACTION_METRICS else value
 
 
 class Source(Strict):
@@ -310,7 +335,7 @@ class ReproductionSpec(Strict):
         missing = [s for s in REQUIRED_SCALES if task.offers_scale(s) and s not in self.scales]
         extra = [s for s in self.scales if not task.offers_scale(s)]
         if extra:
-            raise ValueError(f"scales.{extra[0]}: {task.scale_refusal(extra[0], self.algorithm, self.backbone)}")
+            raise ValueError(f"scales.{extra[0]}: {scale_refusal(task, extra[0], self.algorithm, self.backbone)}")
         if missing:
             raise ValueError(f"scales: missing scale(s) {', '.join(missing)}")
         spec = catalogue.algorithm(self.algorithm)
@@ -354,7 +379,7 @@ class ReproductionSpec(Strict):
 
         task = get_task(self.task)
         if scale in SCALES and not task.offers_scale(scale):
-            raise ConfigError(task.scale_refusal(scale, self.algorithm, self.backbone))
+            raise ConfigError(scale_refusal(task, scale, self.algorithm, self.backbone))
         if scale not in self.scales:
             hint = _suggest(scale, self.scales)
             raise ConfigError(f"{self.name} has no scale {scale!r}{hint} (scales: {', '.join(self.scales)})")

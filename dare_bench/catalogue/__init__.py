@@ -127,6 +127,10 @@ class VrpoKnobs(Knobs):
 
 _WITHOUT_PLUGIN = (
     AlgorithmSpec("baseline", "none", NoKnobs),
+    # the released checkpoint under a harness' pinned evaluation protocol (DARE's OpenCompass table): evaluation
+    # only, like baseline, but its own id, because the same model x benchmark is scored under two protocols (the
+    # algorithm comparison's and the evaluation table's) and rows of the two must never meet
+    AlgorithmSpec("released", "none", NoKnobs),
     AlgorithmSpec("sft", "sft", NoKnobs),
     AlgorithmSpec("lora", "sft", NoKnobs),
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
@@ -174,23 +178,42 @@ def plugin_names() -> list[str]:
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """One backbone: `name` is its model family (`dare_bench.models` FAMILIES) and the reproductions' backbone id;
-    `attention` is the family's `ModelTraits.attention` (a test checks the two agree)."""
+    """One backbone: `name` is the reproductions' backbone id, `family` its model family (`dare_bench.models`
+    FAMILIES; the name itself for the four original backbones), `attention` the family's `ModelTraits.attention`
+    (a test checks the two agree).
+
+    A backbone that is a second released checkpoint of a family (SDAR-30B-A3B-Chat is an SDAR, LLaDA2.1-mini a
+    LLaDA2) shares the family's model code and tiny replica; it has its own id because DARE's evaluation table
+    scores it as its own column with its own pinned settings. `checkpoint` is the released weights it stands for.
+    """
 
     name: str
     attention: Attention
+    checkpoint: str
+    family: str = ""
+
+    def __post_init__(self):
+        if not self.family:
+            object.__setattr__(self, "family", self.name)
 
     @property
     def diffusion(self) -> Literal["masked", "block"]:
         """Masked diffusion (MDLM: bidirectional over the whole sequence) or block diffusion (BDLM)."""
         return "block" if self.attention == "block_causal" else "masked"
 
+    @property
+    def is_variant(self) -> bool:
+        """A further checkpoint of another backbone's family (evaluation entries only: no tiny grid of its own)."""
+        return self.family != self.name
+
 
 BACKBONES = (
-    BackboneSpec("llada", "bidirectional"),
-    BackboneSpec("dream", "bidirectional"),
-    BackboneSpec("sdar", "block_causal"),
-    BackboneSpec("llada2", "block_causal"),
+    BackboneSpec("llada", "bidirectional", "GSAI-ML/LLaDA-8B-Instruct"),
+    BackboneSpec("dream", "bidirectional", "Dream-org/Dream-v0-Instruct-7B"),
+    BackboneSpec("sdar", "block_causal", "JetLM/SDAR-8B-Chat"),
+    BackboneSpec("llada2", "block_causal", "inclusionAI/LLaDA2.0-mini"),
+    BackboneSpec("sdar30b", "block_causal", "JetLM/SDAR-30B-A3B-Chat", family="sdar"),
+    BackboneSpec("llada2.1", "block_causal", "inclusionAI/LLaDA2.1-mini", family="llada2"),
 )
 
 

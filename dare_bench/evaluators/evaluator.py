@@ -456,16 +456,21 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
              split: str = "test", source: str | os.PathLike | None = None, grader: str | None = None, seed: int = 0,
              batch_size: int | None = None, device: str = "cpu", dtype: str = "float32", progress: bool = True,
              sink: Sink | None = None, overrides: dict[str, Any] | None = None,
-             generate_fn: Callable | None = None, shard: tuple[int, int] | None = None) -> EvalResult:
+             generate_fn: Callable | None = None, shard: tuple[int, int] | None = None,
+             repeats: int = 1) -> EvalResult:
     """Evaluate `model` (checkpoint dir, model preset or a loaded DiffusionLM + `tokenizer`) on `task`.
 
     `shard=(k, n)`: only the k-th of n contiguous shares of the items (data-parallel evaluation; the ranks'
-    results are joined with `merge_shards`)."""
+    results are joined with `merge_shards`). `repeats=k`: every item is decoded k times, one record per sample
+    with its `repeat`, and the metrics average all of them, as OpenCompass' repeatN datasets do (the mean of k
+    samples, not pass@k)."""
     t_start = time.perf_counter()
     task = resolve_task(task)
     check_grader(task, grader)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"--limit must be a positive integer, got {limit!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
     dataset = task.load(split=split, source=source, limit=limit)
     items = list(dataset)
     if not items:
@@ -481,6 +486,10 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
     template = "plain" if chosen.template == "plain" else loaded.tokenizer
     prompts = [task.format_prompt(item, template) for item in items]
 
+    # the repeats decode in one pass over `repeats` copies of the prompts: one seeded stream of batches, so sample r
+    # of item i is a fresh draw (identical under greedy settings), and the generation statistics cover them all
+    n_items = len(items)
+    items, prompts = items * repeats, prompts * repeats
     completions, gen_stats = generate_completions(
         loaded.model, loaded.tokenizer, prompts, settings, batch_size=batch_size or chosen.batch_size, seed=seed,
         progress=progress, on_batch=(lambda p: sink("batch", p)) if sink else None, generate_fn=generate_fn,
@@ -497,6 +506,8 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
         for pos, (item, prompt, completion) in enumerate(zip(items, prompts, completions)):
             rec = {"index": item.index, "prompt": prompt, "completion": completion,
                    "reference": getattr(item, "ground_truth", None)}
+            if repeats > 1:
+                rec["repeat"] = pos // n_items
             rec.update(grade_one(task, item, completion, grader))
             if pos in gen_stats["errors"]:
                 rec.update(correct=False, reward=0.0, score=0.0, extracted=None)

@@ -22,6 +22,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
+
+from dare_bench.config import FRACTION_METRICS, to_percent  # noqa: F401 - part of this module's API
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -35,7 +37,6 @@ CURVE_COLUMNS = ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_p
 MAX_CURVE_POINTS = 400
 SAMPLE_PAGE = 25
 # Metrics stored as fractions of 1 by the evaluator and published as percentages.
-FRACTION_METRICS = ("accuracy", "pass@1", "pass@k", "score", "exact_match")
 
 # Two-sided 95 % Student t quantiles for df = 1..30; beyond that the normal 1.96 is within 2 %.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -220,13 +221,6 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
 
 
 # ----------------------------------------------------------------------------------- reported vs reproduced
-
-
-def to_percent(value: float | None, metric: str) -> float | None:
-    """Our fraction-of-1 metrics as percentages (the unit papers report); other metrics unchanged."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return 100.0 * value if metric in FRACTION_METRICS else value
 
 
 def reported_scores(engine: Engine, backbone: str) -> tuple[pd.DataFrame, str]:

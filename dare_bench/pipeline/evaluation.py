@@ -63,7 +63,7 @@ def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, la
     with gathered_for_inference(model):
         result = evaluate(model, task, preset=preset, tokenizer=tokenizer, limit=ev.limit, split=ev.split,
                           grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=progress,
-                          shard=(info.rank, info.world_size) if info.enabled else None)
+                          shard=(info.rank, info.world_size) if info.enabled else None, repeats=ev.repeats)
     if info.enabled:
         result = merge_shards(gather_objects(result, info), task)
     record = EvaluationRecord(**{**result.evaluation_record(), "checkpoint": label, "step": step,

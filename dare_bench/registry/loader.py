@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dare_bench import catalogue
-from dare_bench.config import ReproductionSpec, deep_merge
+from dare_bench.config import ReproductionSpec, deep_merge, scale_refusal
 from dare_bench.errors import ConfigError
 
 PSEUDO_SCALES = {"real": ("paper", "official"), "replica": ("tiny", "micro")}
@@ -205,8 +205,8 @@ def _offered_scales(doc: Document, own: Document, task_name: str) -> Document:
     for name in own_scales:
         if name in ("paper", "official", "tiny", "micro") and not task.offers_scale(name):
             where = own.where.get(("scales", name), "")
-            refusal = task.scale_refusal(name, own.data.get("algorithm", "<algorithm>"),
-                                         own.data.get("backbone", "<backbone>"))
+            refusal = scale_refusal(task, name, own.data.get("algorithm", "<algorithm>"),
+                                    own.data.get("backbone", "<backbone>"))
             raise ConfigError(f"{where}: scales.{name}: {refusal}")
     kept = {name: prof for name, prof in scales.items() if task.offers_scale(name)}
     return Document({**doc.data, "scales": kept}, doc.where)

@@ -303,3 +303,37 @@ def test_the_preset_follows_what_the_checkpoint_is_not_its_size(tmp_path):
     assert resolve_preset(None, "dream", "gsm8k", real.tiny).name != "tiny"
     replica = load_model("tiny-dream", task)
     assert replica.tiny and resolve_preset(None, "dream", "gsm8k", replica.tiny).name == "tiny"
+
+
+def test_repeats_average_k_fresh_samples_per_item(tok):
+    """OpenCompass' repeatN datasets (DARE's AIME avg@8): every item decoded k times from one seeded stream, one
+    record per sample with its `repeat`, and the metric is the mean over all k x n samples (not pass@k)."""
+    task = EchoTask(n=3)
+    draws = []
+
+    def coin(model, prompt_ids, attention_mask=None, **settings):
+        # right or wrong by a draw from the global RNG, which the evaluator reseeds per batch
+        rows = []
+        for row in prompt_ids.tolist():
+            text = tok.decode([t for t in row if t >= 4])
+            right = bool(torch.rand(()) < 0.5)
+            draws.append(right)
+            rows.append(row + tok(text[4:7] if right else "zzz")["input_ids"] + [tok.eos_token_id])
+        seq = torch.tensor(rows)
+        stats = types.SimpleNamespace(forwards=2, generated_tokens=4, tokens_per_forward=2.0, wall_seconds=0.01)
+        return types.SimpleNamespace(sequences=seq, prompt_length=prompt_ids.shape[1], stats=stats,
+                                     settings={"sampler": "fake", **settings})
+
+    kw = dict(tokenizer=tok, preset="micro", progress=False, batch_size=1, generate_fn=coin, seed=5)
+    res = ev.evaluate("tiny-llada", task, repeats=8, **kw)
+    assert len(res.records) == 24 and [r["repeat"] for r in res.records] == [r for r in range(8) for _ in range(3)]
+    assert [r["index"] for r in res.records] == [10, 11, 12] * 8
+    verdicts = [r["correct"] for r in res.records]
+    assert verdicts == draws and 0 < sum(verdicts) < 24  # fresh draws, not one sample copied 8 times
+    assert res.metrics["accuracy"] == pytest.approx(sum(verdicts) / 24) and res.metrics["n"] == 24
+    again = ev.evaluate("tiny-llada", task, repeats=8, **kw)
+    assert [r["completion"] for r in again.records] == [r["completion"] for r in res.records]  # seeded
+    one = ev.evaluate("tiny-llada", task, **kw)
+    assert "repeat" not in one.records[0] and len(one.records) == 3
+    with pytest.raises(ConfigError, match="repeats must be a positive integer"):
+        ev.evaluate("tiny-llada", task, repeats=0, **kw)

@@ -35,10 +35,10 @@ def test_backbone_facts_equal_the_model_traits():
     from dare_bench.models.io import build_model
     from dare_bench.models.presets import preset_config
 
-    assert set(FAMILIES) == set(catalogue.backbone_names())
+    assert set(FAMILIES) == {b.family for b in catalogue.BACKBONES}
     for spec in catalogue.BACKBONES:
-        traits = build_model(preset_config(f"tiny-{spec.name}"), device="meta").traits
-        assert (traits.family, traits.attention) == (spec.name, spec.attention)
+        traits = build_model(preset_config(f"tiny-{spec.family}"), device="meta").traits
+        assert (traits.family, traits.attention) == (spec.family, spec.attention)
         assert spec.diffusion == ("block" if traits.is_block_diffusion else "masked")
 
 

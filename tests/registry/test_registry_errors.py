@@ -130,7 +130,6 @@ def test_unknown_name_and_filters_suggest(regdir):
 
 
 @pytest.mark.parametrize("section, key, why", [
-    ("eval", "repeats: 4", "one sample per item"),
     ("eval", "checkpoint: best", "selection on the test set"),
     ("base", "steps: 300", "trains exactly `start_step` steps"),
     ("base", "checkpoint_every: 25", "only its `start_step` checkpoint"),
