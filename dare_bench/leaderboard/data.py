@@ -22,13 +22,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-
-from dare_bench.config import FRACTION_METRICS, to_percent  # noqa: F401 - part of this module's API
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
+from dare_bench.config import FRACTION_METRICS, to_percent  # noqa: F401 - part of this module's API
 from dare_bench.errors import StoreError
 from dare_bench.store.engine import READ_ONLY, resolve_url
 from dare_bench.store.models import HEAD, REVISIONS
