@@ -4,6 +4,8 @@ low_confidence_dynamic | sequential) and the exact block KV cache (`use_cache="e
 
 Each convention is a subclass of `BlockSettings` (`SdarSettings`, `Llada2Settings`, looked up by name in
 `BLOCK_CONVENTION_SETTINGS`); what differs between the two official functions is a method of the subclass.
+LLaDA2.1's editing decode is the third convention, "llada2.1" (`Llada21Settings` in llada21.py); its own options
+(`CONVENTION_ONLY_OPTIONS`) are refused by the other conventions.
 
 Deliberate deviations (shared/docs/models.md):
 - SDAR temperature 0 is a SamplerError (upstream divides by zero); greedy is `top_k=1` as upstream.
@@ -49,6 +51,8 @@ from dare_bench.models.layers import block_causal_mask
 
 REMASKING_STRATEGIES = ("low_confidence_static", "low_confidence_dynamic", "sequential")
 BLOCK_CACHES = ("exact", "none")
+# options that belong to one block convention (all LLaDA2.1's joint threshold decoding, llada21.py)
+CONVENTION_ONLY_OPTIONS = frozenset({"editing_threshold", "max_post_steps", "num_to_transfer"})
 
 
 def block_sample_tokens(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
@@ -93,16 +97,27 @@ class BlockSettings(SamplerSettings):
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({
         "denoising_steps", "remasking_strategy", "confidence_threshold", "convention", "minimal_topk",
-        "eos_early_stop"})
+        "eos_early_stop"}) | CONVENTION_ONLY_OPTIONS
     CONVENTION: ClassVar[str]
+    # options only this convention takes (each name is in CONVENTION_ONLY_OPTIONS; any other convention refuses it)
+    CONVENTION_OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    DEFAULT_CACHE: ClassVar[str] = "exact"
+    # eos_early_stop: None = not an option of this convention, "batch1" = one unpadded prompt only, "any" = any batch
+    EOS_EARLY_STOP: ClassVar[str | None] = None
 
     @classmethod
     def resolve(cls, call: CallSettings, options: dict[str, Any], traits, prompt_ids, attention_mask):
         gen, threshold, steps = call.gen_length, call.threshold, call.steps
         convention = options.get("convention", DEFAULT_BLOCK_CONVENTION.get(traits.family, "sdar"))
         if convention not in BLOCK_CONVENTION_SETTINGS:
-            raise SamplerError(f"unknown block convention {convention!r}; use one of {BLOCK_CONVENTIONS}")
+            raise SamplerError(f"unknown block convention {convention!r}; use one of "
+                               f"{tuple(BLOCK_CONVENTION_SETTINGS)}")
         chosen = BLOCK_CONVENTION_SETTINGS[convention]
+        foreign = sorted(k for k in options if k in CONVENTION_ONLY_OPTIONS and k not in chosen.CONVENTION_OPTIONS)
+        if foreign:
+            owners = sorted(c.CONVENTION for c in BLOCK_CONVENTION_SETTINGS.values()
+                            if set(foreign) & c.CONVENTION_OPTIONS)
+            raise SamplerError(f"{foreign} are options of block convention(s) {owners}, not {convention!r}")
         if not traits.is_block_diffusion and traits.logit_shift != 0:
             raise SamplerError("the block sampler needs a model whose logits are not shifted")
         padded = is_left_padded(attention_mask)
@@ -120,16 +135,28 @@ class BlockSettings(SamplerSettings):
         strategy = options.get("remasking_strategy", "low_confidence_dynamic")
         if strategy not in REMASKING_STRATEGIES:
             raise SamplerError(f"unknown remasking_strategy {strategy!r}; use one of {REMASKING_STRATEGIES}")
-        minimal_topk = check_int("minimal_topk", options.get("minimal_topk", 1))
+        minimal_topk = options.get("minimal_topk", 1)
+        if isinstance(minimal_topk, float) and minimal_topk.is_integer():
+            minimal_topk = int(minimal_topk)  # DARE's LLaDA2.0 configs pass 1.0 (upstream only floor-divides by it)
+        minimal_topk = check_int("minimal_topk", minimal_topk)
         eos_early_stop = bool(options.get("eos_early_stop", False))
-        if eos_early_stop and (not chosen.HAS_EOS_EARLY_STOP or prompt_ids.shape[0] != 1 or padded):
-            raise SamplerError("eos_early_stop is the LLaDA2 sampler's batch-1 option (convention='llada2')")
-        use_cache = call.use_cache or "exact"
+        if eos_early_stop and (chosen.EOS_EARLY_STOP is None or chosen.EOS_EARLY_STOP == "batch1" and (
+                prompt_ids.shape[0] != 1 or padded)):
+            raise SamplerError("eos_early_stop is an option of the LLaDA2 samplers: batch 1 with convention "
+                               "'llada2', any batch with 'llada2.1'")
+        use_cache = call.use_cache or chosen.DEFAULT_CACHE
         if use_cache not in BLOCK_CACHES:
             raise SamplerError(f"use_cache {use_cache!r} is not one of {BLOCK_CACHES} for block diffusion")
         return chosen.with_defaults(
             call, block_length=b, steps=steps, threshold=thr, remasking_strategy=strategy, use_cache=use_cache,
-            eos_early_stop=eos_early_stop, minimal_topk=minimal_topk)
+            eos_early_stop=eos_early_stop, minimal_topk=minimal_topk,
+            **chosen.convention_fields({k: v for k, v in options.items() if k in chosen.CONVENTION_OPTIONS},
+                                       strategy_given="remasking_strategy" in options))
+
+    @classmethod
+    def convention_fields(cls, options: dict[str, Any], strategy_given: bool) -> dict[str, Any]:
+        """The convention's own fields from its `CONVENTION_OPTIONS` (checked); none by default."""
+        return {}
 
     @classmethod
     @abstractmethod
@@ -145,8 +172,6 @@ class BlockSettings(SamplerSettings):
         return out
 
     # ---- what the conventions do differently
-
-    HAS_EOS_EARLY_STOP: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -350,7 +375,7 @@ class Llada2Settings(BlockSettings):
     """LLaDA2 `generate`: returns only the generated tokens, cut after the first eos."""
 
     CONVENTION: ClassVar[str] = "llada2"
-    HAS_EOS_EARLY_STOP: ClassVar[bool] = True
+    EOS_EARLY_STOP: ClassVar[str | None] = "batch1"
 
     @classmethod
     def with_defaults(cls, call: CallSettings, **fields) -> "Llada2Settings":
@@ -399,7 +424,8 @@ class Llada2Settings(BlockSettings):
         return out
 
 
+# convention name -> settings class; llada21.py adds "llada2.1" (the package exports BLOCK_CONVENTIONS once all
+# conventions are registered)
 BLOCK_CONVENTION_SETTINGS: dict[str, type[BlockSettings]] = {"sdar": SdarSettings, "llada2": Llada2Settings}
-BLOCK_CONVENTIONS = tuple(BLOCK_CONVENTION_SETTINGS)
 # Which official block sampler a family ships with (its own generate function), by traits.family.
 DEFAULT_BLOCK_CONVENTION = {"llada2": "llada2"}
