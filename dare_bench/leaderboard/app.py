@@ -56,6 +56,16 @@ def _winners(url: str, backbone: str, scale: str, tasks: tuple, algorithms: tupl
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def _eval_reproduction(url: str, modified: bool) -> pd.DataFrame:
+    return data.eval_reproduction(_engine(url), include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _released_runs(url: str, modified: bool) -> pd.DataFrame:
+    return data.released_runs(_engine(url), include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def _reported(url: str, backbone: str) -> tuple[pd.DataFrame, str]:
     return data.reported_scores(_engine(url), backbone)
 
@@ -138,7 +148,8 @@ def main() -> None:
         modified = st.checkbox("Include modified runs (key=value overrides)", value=False, key="modified")
 
     cells = _winners(url, backbone, scale, tuple(tasks), tuple(algorithms), modified)
-    tab_win, tab_rep, tab_curves, tab_run = st.tabs(["Winners", "Reported vs reproduced", "Curves", "Run drill-down"])
+    tab_win, tab_rep, tab_eval, tab_curves, tab_run = st.tabs(
+        ["Winners", "Reported vs reproduced", "Evaluation reproduction", "Curves", "Run drill-down"])
 
     with tab_win:
         st.subheader(f"Winners — {backbone}, {scale} scale")
@@ -194,6 +205,29 @@ def main() -> None:
                     "source": st.column_config.TextColumn("source", help="repo/paper, commit, file, table"),
                 },
             )
+
+    with tab_eval:
+        st.subheader("Evaluation reproduction — DARE's 12 benchmarks × 6 released models")
+        st.caption("Released checkpoints under DARE's pinned OpenCompass settings (`released-<backbone>-<benchmark>`, "
+                   "run with `dare-bench eval-suite BACKBONE`). Cell = ours / DARE's reported, in percent; [min–max, "
+                   "k variants] = the spread over the protocol variants run for the cell (cache, block length, "
+                   "threshold, ...: one variant per distinct sampler setting). Not filtered by the sidebar's "
+                   "backbone or scale (paper scale only); modified runs (overrides, shrunk checkpoints) count only "
+                   "when ticked in the sidebar.")
+        cells_eval = _eval_reproduction(url, modified)
+        st.dataframe(data.eval_reproduction_matrix(cells_eval), width="stretch")
+        with_runs = cells_eval[cells_eval["runs"] > 0]
+        if with_runs.empty:
+            st.info("No runs of the evaluation table yet" + ("" if modified else " (modified runs are hidden)")
+                    + ": `dare-bench eval-suite llada --checkpoint DIR` fills a column.")
+        else:
+            labels = {f"{r.model} · {r.benchmark}": (r.backbone, r.row) for r in with_runs.itertuples()}
+            chosen = st.selectbox("Protocol variants of one cell", list(labels), key="eval_cell")
+            backbone_c, row_c = labels[chosen]
+            runs_eval = _released_runs(url, modified)
+            st.dataframe(runs_eval[(runs_eval["backbone"] == backbone_c) & (runs_eval["row"] == row_c)]
+                         [["run_id", "variant", "percent", "tokens_per_forward", "n_items", "modified", "seed"]],
+                         width="stretch", hide_index=True)
 
     with tab_curves:
         st.subheader(f"Training curves — {backbone}, {scale} scale")

@@ -153,6 +153,7 @@ def facets(engine: Engine, backbone: str, scale: str) -> dict[str, list[str]]:
 _FINALS = """
     SELECT e.run_id, e.task, MAX(e.id) AS eval_id FROM evaluations e JOIN runs r ON r.id = e.run_id
     WHERE e.checkpoint = 'final' AND r.status = 'finished' AND r.backbone = :backbone AND r.scale = :scale
+      AND r.algorithm != 'released'
       {modified}
     GROUP BY e.run_id, e.task
 """
@@ -489,3 +490,96 @@ class Selection:
     tasks: tuple[str, ...] = ()
     algorithms: tuple[str, ...] = ()
     include_modified: bool = False
+
+
+# ------------------------------------------------------------------------------- evaluation reproduction
+
+# DARE's "Evaluation Result Reproduction" table: its columns (our backbone ids) and rows (our task ids; SDAR-8B's
+# MATH row is MATH-500), top to bottom. Runs are those of the `released` reproductions (the pinned OpenCompass
+# settings), never the algorithm comparison's baselines: the two tables score one checkpoint under two protocols.
+EVAL_TABLE = "dare-eval-reproduction"
+EVAL_COLUMNS = (("llada", "LLaDA-8B"), ("dream", "Dream-7B"), ("sdar", "SDAR-8B-Chat"), ("sdar30b", "SDAR-30B-A3B"),
+                ("llada2", "LLaDA2.0-mini"), ("llada2.1", "LLaDA2.1-mini"))
+EVAL_ROWS = (("mmlu", "MMLU"), ("mmlupro", "MMLU-Pro"), ("hellaswag", "HellaSwag"), ("arcc", "ARC-C"),
+             ("gsm8k", "GSM8K"), ("math", "MATH"), ("gpqa", "GPQA"), ("aime2024", "AIME24"), ("aime2025", "AIME25"),
+             ("olympiadbench", "OlympiadBench"), ("humaneval", "HumanEval"), ("mbpp", "MBPP"))
+# the sampler settings that make one protocol variant of a cell (what the DARE maintainer chose by hand)
+VARIANT_KEYS = ("gen_length", "block_length", "steps", "threshold", "temperature", "use_cache", "remasking_strategy",
+                "editing_threshold", "convention")
+
+
+def _row_of(task: str) -> str:
+    return "math" if task == "math500" else task
+
+
+def released_runs(engine: Engine, *, include_modified: bool = False) -> pd.DataFrame:
+    """One row per finished paper-scale run of a `released` reproduction: its latest final evaluation, percent
+    value, tokens per forward and the sampler settings that identify its protocol variant."""
+    sql = f"""
+        SELECT r.id AS run_id, r.backbone AS backbone, r.task AS task, r.modified AS modified, r.seed AS seed,
+               e.primary_metric AS metric, e.primary_value AS value, e.metrics_json AS metrics_json,
+               e.sampler_json AS sampler_json, e.n_items AS n_items
+        FROM runs r JOIN evaluations e ON e.id = (
+            SELECT MAX(e2.id) FROM evaluations e2 WHERE e2.run_id = r.id AND e2.checkpoint = 'final')
+        WHERE r.status = 'finished' AND r.algorithm = 'released' AND r.scale = 'paper'
+          {_modified_clause(include_modified)}
+        ORDER BY r.id"""
+    df = _df(engine, sql)
+    rows = []
+    for _, r in df.iterrows():
+        sampler = json.loads(r["sampler_json"] or "{}")
+        metrics = json.loads(r["metrics_json"] or "{}")
+        variant = {k: sampler[k] for k in VARIANT_KEYS if sampler.get(k) is not None}
+        rows.append({"run_id": int(r["run_id"]), "backbone": r["backbone"], "task": r["task"],
+                     "row": _row_of(r["task"]), "modified": bool(r["modified"]), "seed": int(r["seed"]),
+                     "metric": r["metric"], "percent": to_percent(float(r["value"]), r["metric"]),
+                     "tokens_per_forward": metrics.get("tokens_per_forward"), "n_items": int(r["n_items"]),
+                     "variant": json.dumps(variant, sort_keys=True)})
+    return pd.DataFrame(rows, columns=["run_id", "backbone", "task", "row", "modified", "seed", "metric", "percent",
+                                       "tokens_per_forward", "n_items", "variant"])
+
+
+def eval_reproduction(engine: Engine, *, include_modified: bool = False) -> pd.DataFrame:
+    """The 12 x 6 table as long rows: per (benchmark row, backbone) DARE's reported value, ours (mean over the
+    runs of the cell), the spread over the protocol variants that were run (min / max of the variants' means) and
+    how many variants there are."""
+    runs = released_runs(engine, include_modified=include_modified)
+    reported = {}
+    for backbone, _ in EVAL_COLUMNS:
+        rep, _origin = reported_scores(engine, backbone)
+        for _, r in rep[rep["table"] == EVAL_TABLE].iterrows():
+            reported[(_row_of(r["task"]), backbone)] = float(r["value"])
+    out = []
+    for row, row_label in EVAL_ROWS:
+        for backbone, column in EVAL_COLUMNS:
+            cell = runs[(runs["row"] == row) & (runs["backbone"] == backbone)]
+            variants = cell.groupby("variant")["percent"].mean() if len(cell) else pd.Series(dtype=float)
+            ours = float(cell["percent"].mean()) if len(cell) else None
+            rep = reported.get((row, backbone))
+            out.append({"row": row, "benchmark": row_label, "backbone": backbone, "model": column,
+                        "reported": rep, "ours": ours, "runs": int(len(cell)),
+                        "difference": None if ours is None or rep is None else ours - rep,
+                        "variants": int(len(variants)),
+                        "spread_min": float(variants.min()) if len(variants) else None,
+                        "spread_max": float(variants.max()) if len(variants) else None,
+                        "tokens_per_forward": (float(cell["tokens_per_forward"].dropna().mean())
+                                               if cell["tokens_per_forward"].notna().any() else None)})
+    return pd.DataFrame(out)
+
+
+def eval_reproduction_matrix(cells: pd.DataFrame) -> pd.DataFrame:
+    """benchmark x model text matrix: "ours / reported" (percent), "— / reported" where no run exists, and the
+    spread over protocol variants in brackets when more than one was run."""
+    def text_of(r) -> str:
+        rep = "—" if r["reported"] is None or pd.isna(r["reported"]) else f"{r['reported']:.2f}"
+        if r["ours"] is None or pd.isna(r["ours"]):
+            return f"— / {rep}"
+        spread = (f" [{r['spread_min']:.2f}–{r['spread_max']:.2f}, {r['variants']} variants]"
+                  if r["variants"] > 1 else "")
+        return f"{r['ours']:.2f} / {rep}{spread}"
+
+    if cells.empty:
+        return pd.DataFrame()
+    cells = cells.assign(text=[text_of(r) for _, r in cells.iterrows()])
+    matrix = cells.pivot(index="benchmark", columns="model", values="text")
+    return matrix.reindex(index=[label for _, label in EVAL_ROWS], columns=[label for _, label in EVAL_COLUMNS])

@@ -6,6 +6,7 @@
     dare-bench reproduce d1-llada-gsm8k --scale paper --checkpoint SHRUNK --device cpu --nproc 2 train.steps=2
     dare-bench reproduce --help
     dare-bench calibrate sft-llada-arith --at 100,150,200    # scan a tiny base's SFT steps (pipeline/calibrate.py)
+    dare-bench eval-suite llada --checkpoint /ckpt/LLaDA-8B-Instruct   # DARE's evaluation table (pipeline/suite.py)
 """
 
 from __future__ import annotations
@@ -84,6 +85,45 @@ def register(app: typer.Typer) -> None:
         else:
             for line in summary_lines(result, result.metric):
                 typer.echo(line)
+
+    @app.command("eval-suite")
+    def eval_suite_cmd(
+        backbone: str = typer.Argument(..., help="A backbone of DARE's evaluation table: llada | dream | sdar | "
+                                                 "sdar30b | llada2 | llada2.1."),
+        overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides for every benchmark, e.g. "
+                                                                   "eval.sampler.extra.use_cache=none (a protocol "
+                                                                   "variant: the runs are marked modified)."),
+        benchmarks: Optional[str] = typer.Option(None, "--benchmarks", help="Comma-separated subset, e.g. "
+                                                 "gsm8k,mmlu (default: every benchmark the model has)."),
+        checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The released checkpoint's dir."),
+        shrunk: bool = typer.Option(False, "--shrunk", help="CPU check of the path: a shrunk checkpoint of the "
+                                    "released config (random weights, built once) and a short generation."),
+        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="First N items of each benchmark."),
+        shard: Optional[str] = typer.Option(None, "--shard", help="K/N: job K of N runs every N-th benchmark."),
+        device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda (default: cuda; cpu with "
+                                             "--shrunk)."),
+        nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Ranks per benchmark (torchrun): "
+                                            "each benchmark's items sharded over N GPUs."),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
+        force: bool = typer.Option(False, "--force", help="Re-run benchmarks whose identical run finished."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Plan every benchmark; run nothing."),
+        as_json: bool = typer.Option(False, "--json", help="Print {backbone, rows} as JSON (CI reads it)."),
+    ) -> None:
+        """Every benchmark of DARE's evaluation table for one released model: stored runs and ours vs DARE's."""
+        from dare_bench.pipeline.suite import parse_shard, rows_json, run_suite, table_lines
+
+        log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+        chosen = [b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks else None
+        rows = run_suite(backbone, benchmarks=chosen, checkpoint=checkpoint, shrunk=shrunk, device=device,
+                         limit=limit, shard=parse_shard(shard), overrides=list(overrides or []), db=db, force=force,
+                         nproc=nproc, dry_run=dry_run, progress=sys.stderr.isatty() and not as_json, log=log)
+        if as_json:
+            typer.echo(json.dumps({"backbone": backbone, "rows": rows_json(rows)}))
+        else:
+            for line in table_lines(backbone, rows):
+                typer.echo(line)
+        if any(r.status == "failed" for r in rows):
+            raise typer.Exit(1)
 
     @app.command("calibrate")
     def calibrate_cmd(

@@ -22,6 +22,7 @@ random weights and runs on CPU with a short generation (`shrunk_overrides`): it 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -158,9 +159,12 @@ def run_suite(backbone: str, *, benchmarks: list[str] | None = None, checkpoint:
             if bar is not None:
                 bar.set_postfix_str(spec.task)
             try:
-                res = reproduce(spec.name, "paper", seed=0, db=db, overrides=extra, force=force,
-                                checkpoint=checkpoint, device=device, nproc=nproc, dry_run=dry_run,
-                                progress=progress, log=log)
+                with warnings.catch_warnings():
+                    if shrunk:  # the paper recipe on CPU is the point of --shrunk: no warning per benchmark
+                        warnings.filterwarnings("ignore", message=".*running the paper recipe on CPU")
+                    res = reproduce(spec.name, "paper", seed=0, db=db, overrides=extra, force=force,
+                                    checkpoint=checkpoint, device=device, nproc=nproc, dry_run=dry_run,
+                                    progress=progress, log=log)
             except DareBenchError as exc:  # one benchmark's bad data / checkpoint must not stop the others
                 row.status, row.message = "failed", str(exc)
                 log(f"{spec.name}: {exc}")

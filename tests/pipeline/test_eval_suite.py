@@ -1,0 +1,106 @@
+"""`dare-bench eval-suite`: DARE's evaluation table for one released model through the pipeline, on shrunk
+checkpoints over small local samples (the path, not the score): stored runs, ours vs reported, resume, shards,
+bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dare_bench.cli import app
+from dare_bench.errors import ConfigError
+from dare_bench.pipeline.suite import parse_shard, shrunk_overrides, suite_entries
+from dare_bench.registry import load_registry
+
+from testpaths import DARE_DATA
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def local_data(monkeypatch):
+    monkeypatch.setenv("DARE_BENCH_DATA", str(DARE_DATA))
+
+
+def _suite(*args):
+    res = CliRunner().invoke(app, ["eval-suite", *args])
+    return res, (json.loads(res.stdout) if "--json" in args and res.stdout.strip() else None)
+
+
+def test_a_shrunk_suite_runs_stores_resumes_and_compares(local_data, tmp_path):
+    db = f"sqlite:///{tmp_path / 'suite.db'}"
+    args = ["sdar", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k,mbpp", "--db", db, "--json"]
+    res, out = _suite(*args)
+    assert res.exit_code == 0, res.output
+    rows = {r["benchmark"]: r for r in out["rows"]}
+    assert list(rows) == ["gsm8k", "mbpp"]  # the table's row order
+    for r in rows.values():
+        assert r["status"] == "finished" and r["modified"] and r["run_id"] is not None
+        assert r["ours"] is not None and r["difference"] == pytest.approx(r["ours"] - r["reported"])
+        assert r["tokens_per_forward"] > 0
+    assert rows["gsm8k"]["reported"] == pytest.approx(91.36) and rows["mbpp"]["reported"] == pytest.approx(71.60)
+
+    from dare_bench.store import Store
+
+    store = Store(db)
+    runs = {r["reproduction"]: r for r in store.latest_runs()}
+    store.close()
+    assert set(runs) == {"released-sdar-gsm8k", "released-sdar-mbpp"}
+    assert all(r["scale"] == "paper" and r["status"] == "finished" for r in runs.values())
+
+    again, out2 = _suite(*args)  # an interrupted or repeated suite resumes: finished benchmarks are skipped
+    assert again.exit_code == 0 and {r["status"] for r in out2["rows"]} == {"skipped"}
+    assert [r["ours"] for r in out2["rows"]] == [r["ours"] for r in out["rows"]]
+
+    text, _ = _suite("sdar", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k", "--db", db)
+    assert text.exit_code == 0 and "gsm8k" in text.stdout and "91.36" in text.stdout and "skipped" in text.stdout
+
+
+def test_shards_split_the_benchmarks(local_data, tmp_path):
+    db = f"sqlite:///{tmp_path / 'suite.db'}"
+    res, out = _suite("llada", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k,humaneval,mbpp", "--shard", "1/2",
+                      "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    assert [(r["benchmark"], r["status"]) for r in out["rows"]] == [
+        ("gsm8k", "other-shard"), ("humaneval", "finished"), ("mbpp", "other-shard")]
+
+
+def test_a_failing_benchmark_fails_the_suite_not_the_others(monkeypatch, tmp_path):
+    monkeypatch.setenv("DARE_BENCH_DATA", str(tmp_path / "nothing"))  # no local data at all
+    res, out = _suite("sdar", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k,mbpp", "--db",
+                      f"sqlite:///{tmp_path / 's.db'}", "--json")
+    assert res.exit_code == 1
+    assert [r["status"] for r in out["rows"]] == ["failed", "failed"]
+    assert "no data for 'gsm8k'" in out["rows"][0]["message"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["lada"], "unknown backbone 'lada'"),
+    (["llada", "--benchmarks", "gsm8k,sudoku"], "sudoku not in llada's suite"),
+    (["llada", "--shard", "2/2"], "need 0 <= K < N"),
+    (["llada", "--shard", "half"], "--shard expects K/N"),
+    (["llada", "--shrunk", "--checkpoint", "/x"], "--shrunk builds its own checkpoint"),
+])
+def test_bad_input_is_one_line(args, message, tmp_path):
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "eval-suite", *args, "--db",
+                          f"sqlite:///{tmp_path / 'never.db'}"], capture_output=True, text=True)
+    assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_shrunk_overrides_keep_the_pinned_shape():
+    reg = load_registry()
+    ov = lambda name: dict(o.split("=", 1) for o in shrunk_overrides(reg.get(name)))  # noqa: E731
+    assert ov("released-llada-gsm8k") == {"eval.sampler.gen_length": "16", "eval.sampler.steps": "16",
+                                          "eval.sampler.block_length": "8"}  # 256 / 256 steps, block 8
+    assert ov("released-sdar-gsm8k") == {"eval.sampler.gen_length": "16"}  # block 4: whole blocks, steps per block
+    assert ov("released-llada2-gsm8k") == {"eval.sampler.gen_length": "32"}  # one block of 32
+    order = ("mmlu", "mmlupro", "hellaswag", "arcc", "gsm8k", "math500", "gpqa", "aime2024", "aime2025",
+             "olympiadbench", "humaneval", "mbpp")  # DARE's table, top to bottom (SDAR-8B's MATH is MATH-500)
+    assert [s.task for s in suite_entries("sdar", registry=reg)] == [
+        t for t in order if f"released-sdar-{t}" in reg.names()]
+    assert parse_shard("0/3") == (0, 3) and parse_shard(None) is None
+    with pytest.raises(ConfigError):
+        suite_entries("llada", ["nope"], registry=reg)
