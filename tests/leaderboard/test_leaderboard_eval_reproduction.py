@@ -65,7 +65,8 @@ def test_the_table_pairs_released_runs_with_dares_cells(eval_db):
 def test_protocol_variants_show_their_spread(eval_db):
     engine = data.open_reader(eval_db)
     gsm = data.eval_reproduction(engine, include_modified=True).set_index(["row", "backbone"]).loc[("gsm8k", "llada")]
-    assert gsm["variants"] == 2 and gsm["spread_min"] == pytest.approx(70.0) and gsm["spread_max"] == pytest.approx(79.0)
+    assert gsm["variants"] == 2
+    assert gsm["spread_min"] == pytest.approx(70.0) and gsm["spread_max"] == pytest.approx(79.0)
     runs = data.released_runs(engine, include_modified=True)
     variants = set(runs[(runs["backbone"] == "llada") & (runs["task"] == "gsm8k")]["variant"])
     assert len(variants) == 2 and any('"use_cache": "prefix"' in v for v in variants)
