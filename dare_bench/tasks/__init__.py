@@ -1,6 +1,7 @@
 """Tasks: data, prompts, answer extraction, training rewards and evaluation verdicts, one file per task.
 
-Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``humaneval``, ``mbpp``, and
+Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``math`` (the MATH test set,
+5000, evaluation only), ``humaneval``, ``mbpp``, and
 the procedural CPU-scale ``arith`` (GSM8K-style multi-step arithmetic, graded by gsm8k's graders) and ``pyfunc`` (a
 small Python function from a docstring, graded through the sandbox).
 
@@ -34,7 +35,13 @@ API (used by the trainer, the evaluator and the CLI — keep it small and stable
 Graders (``dare_bench/tasks/graders/``): ``dare`` (default; DARE's ``dllm_rm``), ``d1`` (d1's reward_func.py rewards
 and parse_and_get_acc.py verdicts), ``strict`` (ours: closes the exploitable official quirks). Pairs that do not
 exist: ``d1`` × ``humaneval`` / ``mbpp`` (d1 has no HumanEval/MBPP reward or evaluation); asking for one raises
-ConfigError. Each grader module's docstring lists the official quirks it reproduces.
+ConfigError. Each grader module's docstring lists the official quirks it reproduces. OpenCompass protocols: gsm8k,
+math, math500, humaneval and mbpp take the task option ``protocol`` (an OpenCompass dataset-config name of DARE's
+evaluation table, ``tasks/protocols.py``): that config's chat prompt, and the grader ``opencompass`` (its
+postprocessor + evaluator)::
+
+    task = get_task("gsm8k").with_options({"protocol": "gsm8k_gen_1d7fe4"})
+    task.messages(item); task.grade(completion, item, grader="opencompass")
 
 Averaging: the official aggregate is the mean of ``score`` — except d1's Sudoku evaluation, which divides total
 correct cells by total blank cells (``details["correct_cells"]`` / ``details["empty_cells"]``; equal to the mean when
@@ -54,6 +61,7 @@ _REGISTRY: dict[str, str] = {
     "countdown": "dare_bench.tasks.countdown:CountdownTask",
     "gsm8k": "dare_bench.tasks.gsm8k:GSM8KTask",
     "math500": "dare_bench.tasks.math500:Math500Task",
+    "math": "dare_bench.tasks.math:MathTask",
     "humaneval": "dare_bench.tasks.humaneval:HumanEvalTask",
     "mbpp": "dare_bench.tasks.mbpp:MBPPTask",
     "pyfunc": "dare_bench.tasks.pyfunc:PyFuncTask",
@@ -62,7 +70,7 @@ _REGISTRY: dict[str, str] = {
 _CACHE: dict[str, Task] = {}
 
 DEFAULT_GRADER = "dare"
-GRADERS = ("dare", "d1", "strict")
+GRADERS = ("dare", "d1", "strict", "opencompass")
 
 
 def list_tasks() -> list[str]:

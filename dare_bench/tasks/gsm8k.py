@@ -7,7 +7,19 @@ eval = first valid ``\\boxed{}`` else last number in ``<answer>``, as floats), `
 disagree on many realistic completions (``<answer>`` without a box, "1,000", "18.0", several boxes): see
 ``tests/tasks/test_graders_math.py``.
 
+OpenCompass protocols (task option ``protocol``, grader ``opencompass``; see ``tasks/protocols.py``), each from
+DARE's fork (yjyddq/DARE@83ae8a3) ``opencompass/opencompass/configs/datasets/``:
+
+- ``gsm8k_gen_1d7fe4`` (``gsm8k/gsm8k_gen_1d7fe4.py``, what ``gsm8k/gsm8k_gen.py`` imports): 4-shot chat,
+  "Question: {question}\\nLet's think step by step\\nAnswer:"; gsm8k_postprocess (last number before any
+  "Question:") + Gsm8kEvaluator (``pred == gold`` or ``|float(pred) - int(gold)| < 1e-6``).
+- ``gsm8k_0shot_v2_gen_17d799`` (``gsm8k/gsm8k_0shot_v2_gen_17d799.py``): "{question}\\nPlease reason step by
+  step, and put your final answer within \\boxed{}."; math_postprocess_v2 + MATHEvaluator(version='v2').
+
+The gold of both is gsm8k_dataset_postprocess: the number after "####" without its commas.
+
     task = get_task("gsm8k"); task.grade("... so \\\\boxed{18}", item)            # dare
+    get_task("gsm8k").with_options({"protocol": "gsm8k_gen_1d7fe4"}).grade(text, item, "opencompass")
 """
 
 from __future__ import annotations
@@ -15,8 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from dare_bench.errors import DataError
-from dare_bench.tasks.base import GraderFn, Item, Task
+from dare_bench.tasks.base import GraderFn, Item
 from dare_bench.tasks.graders import d1, dare, strict
+from dare_bench.tasks.graders import opencompass_protocols as ocp
+from dare_bench.tasks.protocols import Protocol, ProtocolTask, fewshot_turns, graded, user_turn
 
 # d1's eval/gsm8k.py instruction (zero-shot: instruction + "\n\n" + question)
 D1_EVAL_PROMPT = (
@@ -25,15 +39,44 @@ D1_EVAL_PROMPT = (
     "\\boxed{...}\n</answer>"
 )
 
-class GSM8KTask(Task):
+def _question(item: Item) -> str:
+    return item.prompt_messages[-1]["content"]
+
+
+def _grade_gsm8k_gen(task, text: str, item: Item):
+    pred, ref = ocp.gsm8k_postprocess(text), ocp.gsm8k_reference(item.ground_truth)
+    return graded(ocp.gsm8k_equal(pred, ref), pred, ref)
+
+
+def _grade_math_v2(task, text: str, item: Item):
+    pred, ref = ocp.math_postprocess_v2(text), ocp.gsm8k_reference(item.ground_truth)
+    return graded(ocp.math_v2_equiv(pred, ref), pred, ref)
+
+
+PROTOCOLS = {
+    "gsm8k_gen_1d7fe4": Protocol(
+        "gsm8k_gen_1d7fe4", "gsm8k/gsm8k_gen_1d7fe4.py",
+        lambda task, item: [dict(m) for m in fewshot_turns()["gsm8k_gen_1d7fe4"]]
+        + user_turn(f"Question: {_question(item)}\nLet's think step by step\nAnswer:"),
+        _grade_gsm8k_gen),
+    "gsm8k_0shot_v2_gen_17d799": Protocol(
+        "gsm8k_0shot_v2_gen_17d799", "gsm8k/gsm8k_0shot_v2_gen_17d799.py",
+        lambda task, item: user_turn(
+            f"{_question(item)}\nPlease reason step by step, and put your final answer within \\boxed{{}}."),
+        _grade_math_v2),
+}
+
+
+class GSM8KTask(ProtocolTask):
     name = "gsm8k"
     scales = ("paper",)
     cpu_stand_in = ("arith", "math", "a tiny replica cannot learn GSM8K")
     d1_eval_prompt = D1_EVAL_PROMPT
     dare_files = {"test": "gsm8k_1.parquet", "train": "gsm8k_1.parquet"}
     hf_hint = "openai/gsm8k:main"
+    protocols = PROTOCOLS
 
-    def build_graders(self) -> dict[str, GraderFn]:
+    def base_graders(self) -> dict[str, GraderFn]:
         return {"dare": dare.grade_math, "d1": d1.grade_gsm8k, "strict": strict.grade_gsm8k}
 
     def row_to_item(self, row: dict[str, Any], index: int, split: str) -> Item:

@@ -5,6 +5,12 @@ pre-filled ``[BEGIN]\\n`` assistant turn; ground truth = JSON list of assert str
 ``test_list``, optional ``code``) — the prompt is rebuilt in DARE's layout. Graders: ``dare`` (DARE's harness:
 OpenCompass-style code extraction, asserts appended, 1 s per assert), ``strict`` (the function named in the asserts
 must be defined). d1 has no MBPP grader.
+
+OpenCompass protocol (task option ``protocol``, grader ``opencompass``; ``tasks/protocols.py``): ``mbpp_gen_830460``
+(DARE's fork yjyddq/DARE@83ae8a3, ``opencompass/opencompass/configs/datasets/mbpp/mbpp_gen_830460.py``, what
+``mbpp/mbpp_gen.py`` imports; all six models): the same 3-shot turns and task turn, without the last "[BEGIN]\\n"
+turn (OpenCompass drops a final BOT turn in generation mode; the chat ends with the task and the generation prompt);
+MBPPEvaluator as DARE's fork has it (its [BEGIN]/[DONE] extraction, the asserts as written, 10 s).
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import json
 from typing import Any
 
 from dare_bench.errors import DataError
-from dare_bench.tasks.base import GraderFn, Item, Task
+from dare_bench.tasks.base import GraderFn, Item
 from dare_bench.tasks.graders import dare, strict
+from dare_bench.tasks.graders import opencompass_protocols as ocp
+from dare_bench.tasks.protocols import Protocol, ProtocolTask
 
 _HEAD = ("You are an expert Python programmer, and here is your task: {text} "
          "Your code should pass these tests:\n\n {tests}")
@@ -53,7 +61,26 @@ def _grade_dare(text: str, item: Item):
     return dare.grade_code(text, item, "mbpp")
 
 
-class MBPPTask(Task):
+def _opencompass_messages(task, item: Item) -> list[dict[str, str]]:
+    messages = [dict(m) for m in item.prompt_messages]
+    if messages and messages[-1]["role"] == "assistant":  # DARE's "[BEGIN]\n" pre-fill: not sent by OpenCompass
+        messages = messages[:-1]
+    return messages
+
+
+def _grade_opencompass(task, text: str, item: Item):
+    res = ocp.mbpp_verdict(text, item.ground_truth)
+    res.details["prediction"] = res.extracted
+    return res
+
+
+PROTOCOLS = {
+    "mbpp_gen_830460": Protocol("mbpp_gen_830460", "mbpp/mbpp_gen_830460.py", _opencompass_messages,
+                                _grade_opencompass),
+}
+
+
+class MBPPTask(ProtocolTask):
     name = "mbpp"
     kind = "code"
     scales = ("paper",)
@@ -61,8 +88,9 @@ class MBPPTask(Task):
     parallel_grading = True
     dare_files = {"test": "mbpp_1.parquet"}
     hf_hint = "mbpp"
+    protocols = PROTOCOLS
 
-    def build_graders(self) -> dict[str, GraderFn]:
+    def base_graders(self) -> dict[str, GraderFn]:
         return {"dare": _grade_dare, "strict": strict.grade_mbpp}
 
     def make_messages(self, text: str, tests: list[str]) -> list[dict[str, str]]:

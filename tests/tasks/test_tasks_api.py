@@ -12,7 +12,7 @@ from dare_bench.tasks.generators import count_sudoku_solutions, generate_countdo
 
 from testpaths import DARE_DATA
 
-ALL = ["arith", "countdown", "gsm8k", "humaneval", "math500", "mbpp", "pyfunc", "sudoku"]
+ALL = ["arith", "countdown", "gsm8k", "humaneval", "math", "math500", "mbpp", "pyfunc", "sudoku"]
 
 
 def need_dare(split="test"):

@@ -1,4 +1,5 @@
-"""Named graders shared by the task files: ``dare`` (default), ``d1``, ``strict``.
+"""Named graders shared by the task files: ``dare`` (default), ``d1``, ``strict``, and ``opencompass`` (only on a
+task with an OpenCompass ``protocol`` option set: ``opencompass_protocols.py``, see ``tasks/protocols.py``).
 
 Each module reproduces one official grader rule for rule and documents every quirk it keeps:
 ``dare.py`` (DARE's ``dllm_rm``), ``d1.py`` (d1's ``reward_func.py`` rewards + ``parse_and_get_acc.py`` verdicts),
@@ -16,6 +17,9 @@ GRADER_SOURCES: dict[str, str] = {
     "d1": "dllm-reasoning/d1 diffu-grpo/reward_func.py@4bab4b9 + math500_utils.py; eval/parse_and_get_acc.py + "
           "parser_helper.py (read through forks SimonCao1207/d1, xiaohangt/wd1)",
     "strict": "dare-bench strict v1",
+    "opencompass": "OpenCompass's pred_postprocessor + evaluator of the task's protocol (dataset config) in DARE's "
+                   "fork yjyddq/DARE@83ae8a3 opencompass/ (= OpenCompass 0.5.4 except MBPPEvaluator): "
+                   "graders/opencompass_protocols.py",
 }
 
 
