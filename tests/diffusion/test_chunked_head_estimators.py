@@ -152,3 +152,20 @@ def test_every_plugin_reading_the_switch_has_the_same_loss_and_gradient(algorith
 def test_plugins_that_need_full_logits_say_so():
     full = {name for name in list_algorithms() if not _reads_the_switch(name)}
     assert full == {"cj_grpo", "tracerl", "dtreerpo"}
+
+
+def test_the_switch_is_out_of_dumps_at_its_default_on_at_paper_scale_and_reaches_every_trainer():
+    from dare_bench.catalogue.settings import algorithm_settings
+    from dare_bench.config import TrainSettings
+    from dare_bench.pipeline.train import _recipe
+    from dare_bench.registry import get
+
+    assert "lm_head_chunk_tokens" not in TrainSettings(kind="none").model_dump()  # old hashes and baselines kept
+    train = TrainSettings(kind="none", lm_head_chunk_tokens=64)
+    assert train.model_dump()["lm_head_chunk_tokens"] == 64
+    assert algorithm_settings(train)["lm_head_chunk_tokens"] == 64  # the RL plug-ins
+    assert _recipe(train)["lm_head_chunk_tokens"] == 64  # SFTConfig / PreferenceConfig
+    for name in ("bgpo-llada-gsm8k", "sft-dream-countdown", "vrpo-llada-gsm8k"):
+        spec = get(name)
+        assert spec.scales["paper"].train.lm_head_chunk_tokens == 256, name
+        assert all(p.train.lm_head_chunk_tokens is None for s, p in spec.scales.items() if s != "paper"), name
