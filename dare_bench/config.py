@@ -195,6 +195,12 @@ class TrainSettings(Strict):
     loss_agg: LossAgg | None = None
     mc_samples: int | None = Field(None, gt=0, description="Monte-Carlo masks per sequence for the likelihood (mc_num)")
     ref_sync_steps: int | None = Field(None, gt=0)
+    # Left out of dumps at its default (None), so adding it kept every existing config hash and pinned baseline.
+    lm_head_chunk_tokens: int | None = Field(
+        None, gt=0, exclude_if=lambda v: v is None,
+        description="loss head: None = materialised [tokens, vocab] logits; N = only the scored tokens' hidden "
+                    "states go through the LM head, N tokens of logits at a time, forward and backward "
+                    "(models/lm_head.py); read by SFT, VRPO and the RL plug-ins that score target tokens")
     max_prompt_length: int | None = Field(None, gt=0)
     lora: LoraSettings | None = None
     rollout: SamplerSettings | None = None

@@ -15,9 +15,16 @@ The no-grad old-policy pass (`prepare`) runs before the measurement window.
     dare-bench bench memory --device cuda       # one GPU (torchrun is not needed: one process per point)
     dare-bench bench memory --plan LLaDA-8B-Instruct --layers 2 --d-model 256 --rows 2 --seq-len 256 --threads 1
                                                 # the memory plan (trainers/memory_plan.py) vs a measured step
+    dare-bench bench memory --head --threads 1  # the loss head at vocab 126464, 2048 tokens, width 256, chunk 64:
+                                                # materialised logits vs models/lm_head.py (goal: >= 20x lower peak)
+    dare-bench bench memory --head --device cuda --d-model 4096 --tokens 16384 --chunk 256 --dtype bfloat16
 
 Output: a table and the ratios BGPO(max)/BGPO(min) (goal ≤ 1.10) and naive(max)/BGPO(max) (goal ≥ 4);
 `--json` prints `{"points": [{"method", "mc_samples", "peak_bytes"}, ...], "ratios": {...}, "settings": {...}}`.
+`--head`: the peak of one forward + backward of each loss head in its own process (inputs, head weight and
+gradient buffers allocated before the window), full/chunked of the peak and of the working memory (the peak less the
+gradients both heads return, weight [V, d] + hidden [N, d]: goal >= 20), and the chunked path's max relative error
+of the log-probs and of the gradients wrt hidden states and weight, measured in the same run.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import typer
 METHODS = ("bgpo", "naive")
 GOAL_FLAT = 1.10
 GOAL_GAP = 4.0
+GOAL_HEAD = 20.0  # materialised / chunked peak memory of the loss head (issue #15 item 2)
 
 
 # --- one point (runs in a child process) --------------------------------------------------------------------------
@@ -210,6 +218,109 @@ def compare_plan(checkpoint: str = "LLaDA-8B-Instruct", *, layers: int = 2, hidd
             "parameters": meta.num_parameters(), "points": points, "measure": measured["measure"]}
 
 
+# --- the LM head: materialised logits vs the chunked head (`--head`; runs in child processes) -------------------
+
+def _head_inputs(spec: dict[str, Any]):
+    """hidden `[N, d]` and the head weight `[V, d]` (leaf tensors with gradients), targets `[N]`, seeded."""
+    import torch
+
+    from dare_bench.models.lm_head import OutputHead
+
+    dtype = getattr(torch, spec["dtype"])
+    g = torch.Generator().manual_seed(0)
+    n, d, v = spec["tokens"], spec["d_model"], spec["vocab"]
+    hidden = torch.randn(n, d, generator=g).to(spec["device"], dtype).requires_grad_()
+    weight = (torch.randn(v, d, generator=g) * d ** -0.5).to(spec["device"], dtype).requires_grad_()
+    targets = torch.randint(v, (n,), generator=g).to(spec["device"])
+    return hidden, OutputHead(weight), targets
+
+
+def _head_logprobs(path: str, hidden, head, targets, chunk: int):
+    """Per-token log p(target) `[N]` float32 the estimators' way: materialised logits + `likelihood.token_logprobs`
+    (path "full") or `lm_head.chunked_token_logprobs` (path "chunked")."""
+    from dare_bench.diffusion.likelihood import token_logprobs
+    from dare_bench.models.lm_head import chunked_token_logprobs
+
+    if path == "full":
+        return token_logprobs(head.logits(hidden), targets)
+    return chunked_token_logprobs(hidden, head, targets, chunk_tokens=chunk)
+
+
+def measure_head(spec: dict[str, Any]) -> dict[str, Any]:
+    """Peak memory growth of one forward + backward of the loss head (`spec['path']`) from the hidden states of
+    `spec['tokens']` tokens. Outside the window: the inputs, the head weight and both gradient buffers (allocated by
+    a warm-up on 8 tokens, then zeroed in place), so the window holds what the loss head itself allocates."""
+    import torch
+
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    hidden, head, targets = _head_inputs(spec)
+    _head_logprobs(spec["path"], hidden[:8], head, targets[:8], spec["chunk"]).sum().backward()
+    hidden.grad.zero_()
+    head.weight.grad.zero_()
+
+    def run():
+        _head_logprobs(spec["path"], hidden, head, targets, spec["chunk"]).sum().backward()
+
+    if spec["device"].startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run()
+        torch.cuda.synchronize()
+        return {"path": spec["path"], "peak_bytes": int(torch.cuda.max_memory_allocated() - base),
+                "measure": "cuda max_memory_allocated"}
+    if not _reset_peak():  # pragma: no cover - needs Linux /proc
+        raise RuntimeError("measuring the peak needs /proc/self/clear_refs (Linux)")
+    base_kib = _status_kib("VmHWM")
+    run()
+    return {"path": spec["path"], "peak_bytes": (_status_kib("VmHWM") - base_kib) * 1024,
+            "measure": "VmHWM growth (clear_refs reset)"}
+
+
+def head_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """Both paths on the same inputs in one process: max |chunked - full| / max |full| of the log-probs and of the
+    gradients wrt the hidden states and the head weight."""
+    import torch
+
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    hidden, head, targets = _head_inputs(spec)
+    upstream = torch.randn(targets.shape[0], generator=torch.Generator().manual_seed(1)).to(hidden.device)
+    out = {}
+    for path in ("full", "chunked"):
+        lp = _head_logprobs(path, hidden, head, targets, spec["chunk"])
+        gh, gw = torch.autograd.grad((lp * upstream).sum(), [hidden, head.weight])
+        out[path] = (lp.detach(), gh, gw)
+        del lp, gh, gw
+
+    def rel(i):
+        a, b = out["chunked"][i].double(), out["full"][i].double()
+        return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+    return {"logprob_max_rel_err": rel(0), "grad_hidden_max_rel_err": rel(1), "grad_weight_max_rel_err": rel(2)}
+
+
+def compare_head(*, vocab: int = 126464, tokens: int = 2048, d_model: int = 256, chunk: int = 64,
+                 dtype: str = "float32", device: str = "cpu", threads: int = 1,
+                 timeout: float = 900) -> dict[str, Any]:
+    """Peak memory of the loss head, materialised logits vs chunked (each in a fresh process), their ratio, and the
+    chunked path's value / gradient errors against the materialised one (a third process)."""
+    settings = {"vocab": vocab, "tokens": tokens, "d_model": d_model, "chunk": chunk, "dtype": dtype,
+                "device": device, "threads": threads}
+    peaks = {path: _run_child({**settings, "kind": "head", "path": path}, timeout) for path in ("full", "chunked")}
+    errors = _run_child({**settings, "kind": "head_errors"}, timeout)
+    # The gradients wrt the weight [V, d] and the hidden states [N, d] are the head's outputs: any implementation
+    # returns them (the weight's is sized by the model, not by the tokens). Without them, what is left is the loss
+    # head's own working memory (logits, softmax, their gradients), the part that grows with tokens x vocab.
+    grad_bytes = (vocab + tokens) * d_model * (4 if dtype == "float32" else 2)
+    peak = {k: v["peak_bytes"] for k, v in peaks.items()}
+    working = {k: max(v - grad_bytes, 0) for k, v in peak.items()}
+    return {"settings": settings, "peak_bytes": peak, "gradient_output_bytes": grad_bytes, "working_bytes": working,
+            "logits_bytes": tokens * vocab * 4,
+            "ratios": {"peak": peak["full"] / max(peak["chunked"], 1),
+                       "working": working["full"] / max(working["chunked"], 1)},
+            "goal": f"working >= {GOAL_HEAD}", "errors": errors, "measure": peaks["full"]["measure"]}
+
+
 # --- driver -------------------------------------------------------------------------------------------------------
 
 def _run_point(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -257,7 +368,7 @@ def register(group: typer.Typer) -> None:
         heads: int = typer.Option(4, "--heads"),
         seq_len: int = typer.Option(256, "--seq-len", help="prompt + completion tokens per row"),
         rows: int = typer.Option(4, "--rows", help="completions in the micro-batch"),
-        vocab: int = typer.Option(2048, "--vocab"),
+        vocab: Optional[int] = typer.Option(None, "--vocab", help="default 2048 (126464, LLaDA's, with --head)"),
         device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
         threads: int = typer.Option(2, "--threads", help="CPU threads per measuring process"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result only"),
@@ -265,10 +376,45 @@ def register(group: typer.Typer) -> None:
             None, "--plan", help="instead: the memory plan (trainers/memory_plan.py) vs a measured SFT step of this "
                                  "shipped real checkpoint shrunk to --layers / --d-model (e.g. LLaDA-8B-Instruct); "
                                  "uses --rows, --seq-len, --threads"),
+        head: bool = typer.Option(False, "--head", help="instead: peak memory of the loss head (forward + backward "
+                                                        "from --tokens hidden states of width --d-model), "
+                                                        "materialised logits vs the chunked head"),
+        tokens: int = typer.Option(2048, "--tokens", help="--head: scored tokens"),
+        chunk: int = typer.Option(64, "--chunk", help="--head: tokens of logits per chunk"),
+        dtype: str = typer.Option("float32", "--dtype", help="--head: float32 | bfloat16"),
     ) -> None:
         """Peak memory of one BGPO update vs a naive all-graphs ELBO objective as MC samples grow (or, with --plan,
-        the memory plan's estimate vs a measured training step)."""
+        the memory plan's estimate vs a measured training step; with --head, the loss head's)."""
         from dare_bench.errors import ConfigError
+
+        if head:
+            if plan is not None:
+                raise ConfigError("--head and --plan are two different benchmarks; pass one")
+            if dtype not in ("float32", "bfloat16"):
+                raise ConfigError(f"--dtype must be float32 or bfloat16, got {dtype!r}")
+            if tokens < 8 or chunk < 1 or d_model < 1:
+                raise ConfigError("need --tokens >= 8, --chunk >= 1, --d-model >= 1")
+            if device == "auto":
+                import torch
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            res = compare_head(vocab=vocab or 126464, tokens=tokens, d_model=d_model, chunk=chunk, dtype=dtype,
+                               device=device, threads=threads)
+            if as_json:
+                typer.echo(json.dumps(res))
+                return
+            typer.echo(f"loss head forward + backward ({res['measure']}), settings {res['settings']}")
+            typer.echo(f"  float32 logits alone: {res['logits_bytes'] / 2**20:.1f} MiB; gradient outputs (weight + "
+                       f"hidden, in both peaks): {res['gradient_output_bytes'] / 2**20:.1f} MiB")
+            for path, peak in res["peak_bytes"].items():
+                typer.echo(f"  {path:<8} peak {peak / 2**20:>10.1f} MiB   working (peak - gradient outputs) "
+                           f"{res['working_bytes'][path] / 2**20:>10.1f} MiB")
+            typer.echo(f"full/chunked: peak {res['ratios']['peak']:.1f}x, working {res['ratios']['working']:.1f}x"
+                       f"   (goal {res['goal']})")
+            typer.echo("max relative error chunked vs full: " + ", ".join(f"{k} {v:.2e}"
+                                                                           for k, v in res["errors"].items()))
+            return
+        vocab = vocab or 2048
 
         if plan is not None:
             if device not in ("auto", "cpu"):
@@ -315,4 +461,5 @@ def register(group: typer.Typer) -> None:
 
 if __name__ == "__main__":  # a child process measuring one point: argv[1] is the JSON spec
     _spec = json.loads(sys.argv[1])
-    typer.echo(json.dumps(measure_training_step(_spec) if _spec.get("kind") == "plan" else measure_point(_spec)))
+    _measure = {"plan": measure_training_step, "head": measure_head, "head_errors": head_errors}
+    typer.echo(json.dumps(_measure.get(_spec.get("kind"), measure_point)(_spec)))

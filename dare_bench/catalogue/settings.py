@@ -25,6 +25,7 @@ SHARED_TRAIN_FIELDS = {
     "clip_eps_high": "clip_eps_high",
     "clip_ratio_c": "clip_ratio_c",
     "advantage": "advantage",
+    "lm_head_chunk_tokens": "lm_head_chunk_tokens",
 }
 # verl's loss aggregation modes and KL estimators (`common.agg_loss`, `common.kl_estimate`), with their aliases; typed
 # as literals so that the registry refuses at load time exactly what a plug-in refuses when it is built.
@@ -53,6 +54,9 @@ class AlgorithmConfig(BaseModel):
     advantage: str | None = None  # "mean" | "mean_std" | "leave_one_out"; None = the algorithm's default
     clip_ratio_c: float | None = None  # verl dual-clip cap of the ratio for A < 0; None = plain PPO clip
     kl_estimator: KlEstimator = "k3"
+    # None: the estimators materialise [tokens, vocab] logits; N: scored tokens only, N at a time through the LM head
+    # (models/lm_head.py). A plug-in that needs the whole predictive distribution declares it unused.
+    lm_head_chunk_tokens: int | None = None
 
     @model_validator(mode="after")
     def _shared_ranges(self) -> "AlgorithmConfig":
@@ -63,6 +67,8 @@ class AlgorithmConfig(BaseModel):
             raise ValueError(f"clip_ratio_c must be > 1, got {self.clip_ratio_c}")
         if self.kl_beta < 0:
             raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}")
+        if self.lm_head_chunk_tokens is not None and self.lm_head_chunk_tokens < 1:
+            raise ValueError(f"lm_head_chunk_tokens must be >= 1, got {self.lm_head_chunk_tokens}")
         return self
 
 

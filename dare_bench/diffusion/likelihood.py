@@ -17,6 +17,12 @@ Estimators (all return values on the full `[B, L]` grid, 0 outside the positions
                              sums (EBPO) when the draw has blocks; `reduce_var` adds ESPO's complement copy
     elbo                     all copies of a draw (loops `elbo_term`): per-copy totals `[B, n]` and their mean
 
+Memory: with `head_chunk_tokens=N` (the run's `train.lm_head_chunk_tokens`) every estimator skips the `[B, L, V]`
+logits: the forward returns final hidden states (`forward(..., return_hidden=True)`), only the positions it scores
+(a copy's masked completion tokens) go through the LM head, N tokens of logits at a time in forward and backward
+(`scored_token_logprobs` -> `models.lm_head.chunked_token_logprobs`); values and gradients equal the default path
+within float32 rounding (tests/diffusion/test_lm_head.py). None (the default) keeps the materialised-logits path.
+
 The `*_from_logits` variants take aligned logits (e.g. from a fixture). The same `MaskDraw` passed for the policy,
 the old policy and the reference gives VRPO's antithetic estimates (same t and masks); BGPO / EBPO call `elbo_term`
 once per copy and back-propagate each term before the next (memory O(1) in the number of copies).
@@ -45,9 +51,11 @@ import torch.nn.functional as F
 from dare_bench.diffusion.masking import MaskDraw
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.models.base import shift_logits
+from dare_bench.models.lm_head import HiddenStates, chunked_token_logprobs
 
 __all__ = [
     "aligned_logits",
+    "scored_token_logprobs",
     "token_logprobs",
     "masked_token_terms",
     "d1_token_logprobs_from_logits",
@@ -76,8 +84,9 @@ def _left_align_order(attention_mask: torch.Tensor) -> torch.Tensor | None:
     return torch.argsort((~valid).int(), dim=1, stable=True)
 
 
-def _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_align):
-    """(logits `[N, L, V]` aligned, in left-aligned order; that order `[N, L]` or None if rows were unchanged)."""
+def _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_align, hidden=False):
+    """(logits `[N, L, V]` aligned, in left-aligned order; that order `[N, L]` or None if rows were unchanged).
+    With `hidden`: `HiddenStates` (aligned final hidden states `[N, L, d]` + head) in place of the logits."""
     traits = model.traits
     if noisy_ids.dim() != 2:
         raise DataError(f"noisy_ids must be [N, L], got {tuple(noisy_ids.shape)}")
@@ -94,10 +103,14 @@ def _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_ali
                               "[noisy; clean] training layout")
         from dare_bench.models.block import training_forward
 
-        logits = training_forward(model, noisy_ids, clean_ids, attention_mask=attention_mask)
+        out = training_forward(model, noisy_ids, clean_ids, attention_mask=attention_mask, return_hidden=hidden)
+    elif hidden:
+        out = model(noisy_ids, attention_mask=attention_mask, position_ids=position_ids, return_hidden=True)
     else:
-        logits = model(noisy_ids, attention_mask=attention_mask, position_ids=position_ids)
-    return shift_logits(logits, traits.logit_shift), order
+        out = model(noisy_ids, attention_mask=attention_mask, position_ids=position_ids)
+    if hidden:
+        return HiddenStates(shift_logits(out.states, traits.logit_shift), out.head), order
+    return shift_logits(out, traits.logit_shift), order
 
 
 def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
@@ -116,9 +129,43 @@ def aligned_logits(model, noisy_ids: torch.Tensor, *, attention_mask: torch.Tens
     return logits
 
 
-def _copy_logprobs(model, input_ids, draw: MaskDraw, copy: int, attention_mask, position_ids) -> torch.Tensor:
-    """log p(x_i | copy `copy` of the draw) `[B, L]` for every position (one forward)."""
-    noisy = draw.select(copy).noisy_ids(input_ids, model.traits.mask_token_id)[:, 0]
+def scored_token_logprobs(model, noisy_ids: torch.Tensor, targets: torch.Tensor, scored: torch.Tensor, *,
+                          chunk_tokens: int, attention_mask: torch.Tensor | None = None,
+                          position_ids: torch.Tensor | None = None, clean_ids: torch.Tensor | None = None,
+                          left_align: bool = True, with_entropy: bool = False):
+    """log p(targets_i | noisy input) `[N, L]` float32 at the `scored` positions (bool `[N, L]`), 0 elsewhere,
+    without `[N, L, V]` logits: the forward returns final hidden states, only the scored rows go through the head,
+    `chunk_tokens` rows of logits at a time (`models.lm_head.chunked_token_logprobs`, forward and backward).
+
+    The same forward as `aligned_logits` (layout, alignment, `left_align`); with `with_entropy` also the entropy of
+    each scored position's distribution (no gradient, 0 elsewhere).
+    """
+    if scored.shape != noisy_ids.shape or targets.shape != noisy_ids.shape:
+        raise DataError(f"scored {tuple(scored.shape)} / targets {tuple(targets.shape)} do not match ids "
+                        f"{tuple(noisy_ids.shape)}")
+    out, order = _forward(model, noisy_ids, attention_mask, position_ids, clean_ids, left_align, hidden=True)
+    scored = scored.to(out.states.device).bool()
+    if order is not None:
+        targets, scored = targets.gather(1, order), scored.gather(1, order)
+    rows, cols = scored.nonzero(as_tuple=True)
+    res = chunked_token_logprobs(out.states[rows, cols], out.head, targets[rows, cols], chunk_tokens=chunk_tokens,
+                                 with_entropy=with_entropy)
+    parts = res if with_entropy else (res,)
+    grids = [torch.zeros(scored.shape, dtype=v.dtype, device=v.device).index_put((rows, cols), v) for v in parts]
+    if order is not None:
+        grids = [torch.empty_like(g).scatter_(1, order, g) for g in grids]
+    return tuple(grids) if with_entropy else grids[0]
+
+
+def _copy_logprobs(model, input_ids, draw: MaskDraw, copy: int, attention_mask, position_ids,
+                   head_chunk_tokens: int | None = None) -> torch.Tensor:
+    """log p(x_i | copy `copy` of the draw) `[B, L]` for every position (one forward); with `head_chunk_tokens`,
+    for the copy's masked completion positions only (0 elsewhere), through the chunked head."""
+    one = draw.select(copy)
+    noisy = one.noisy_ids(input_ids, model.traits.mask_token_id)[:, 0]
+    if head_chunk_tokens is not None:
+        return scored_token_logprobs(model, noisy, input_ids, one.loss_mask[:, 0], chunk_tokens=head_chunk_tokens,
+                                     attention_mask=attention_mask, position_ids=position_ids, clean_ids=input_ids)
     logits, order = _forward(model, noisy, attention_mask, position_ids, input_ids, True)
     if order is None:
         return token_logprobs(logits, input_ids)
@@ -168,11 +215,12 @@ def _d1_keep(lp: torch.Tensor, draw: MaskDraw) -> torch.Tensor:
 
 
 def d1_token_logprobs(model, input_ids: torch.Tensor, draw: MaskDraw, *, attention_mask: torch.Tensor,
-                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """d1 one-step mean-field per-token log-probs `[B, L]` (one forward), see `d1_token_logprobs_from_logits`."""
+                      position_ids: torch.Tensor | None = None, head_chunk_tokens: int | None = None) -> torch.Tensor:
+    """d1 one-step mean-field per-token log-probs `[B, L]` (one forward), see `d1_token_logprobs_from_logits`.
+    `head_chunk_tokens`: score the masked completion tokens only, through the chunked head (module doc)."""
     if draw.n != 1:
         raise ConfigError(f"d1 uses one copy per sequence, the draw has {draw.n}")
-    return _d1_keep(_copy_logprobs(model, input_ids, draw, 0, attention_mask, position_ids), draw)
+    return _d1_keep(_copy_logprobs(model, input_ids, draw, 0, attention_mask, position_ids, head_chunk_tokens), draw)
 
 
 # --- Coupled-GRPO -------------------------------------------------------------------------------------------------
@@ -203,12 +251,13 @@ def _coupled(terms: torch.Tensor) -> CoupledLogProbs:  # terms [B, 3, L]
 
 
 def coupled_token_logprobs(model, input_ids: torch.Tensor, draw: MaskDraw, *, attention_mask: torch.Tensor,
-                           position_ids: torch.Tensor | None = None) -> CoupledLogProbs:
-    """Coupled-GRPO per-token estimate (three forwards, one per copy)."""
+                           position_ids: torch.Tensor | None = None,
+                           head_chunk_tokens: int | None = None) -> CoupledLogProbs:
+    """Coupled-GRPO per-token estimate (three forwards, one per copy; `head_chunk_tokens`: the chunked head)."""
     if draw.n != 3:
         raise ConfigError(f"coupled estimate needs the 3 copies of coupled_masks, the draw has {draw.n}")
-    lp = torch.stack([_copy_logprobs(model, input_ids, draw, c, attention_mask, position_ids) for c in range(3)],
-                     dim=1)
+    lp = torch.stack([_copy_logprobs(model, input_ids, draw, c, attention_mask, position_ids, head_chunk_tokens)
+                      for c in range(3)], dim=1)
     return _coupled(_weighted(lp, draw.loss_mask, draw.p_mask))
 
 
@@ -277,22 +326,25 @@ def _elbo_from_logprobs(lp, draw: MaskDraw, copy: int, comp_lp=None) -> ElboTerm
 
 
 def elbo_term(model, input_ids: torch.Tensor, draw: MaskDraw, copy: int = 0, *, attention_mask: torch.Tensor,
-              position_ids: torch.Tensor | None = None, reduce_var: bool = False) -> ElboTerm:
+              position_ids: torch.Tensor | None = None, reduce_var: bool = False,
+              head_chunk_tokens: int | None = None) -> ElboTerm:
     """ONE Monte-Carlo ELBO term for the batch: a forward on copy `copy` of the draw (plus, with `reduce_var`, a
-    forward on its complement, ESPO). Call once per copy to back-propagate copy by copy (BGPO, EBPO)."""
-    lp = _copy_logprobs(model, input_ids, draw, copy, attention_mask, position_ids)
+    forward on its complement, ESPO). Call once per copy to back-propagate copy by copy (BGPO, EBPO).
+    `head_chunk_tokens`: only the masked completion tokens go through the head, chunk by chunk (module doc)."""
+    lp = _copy_logprobs(model, input_ids, draw, copy, attention_mask, position_ids, head_chunk_tokens)
     comp = None
     if reduce_var:
         comp_draw = draw.select(copy).complement()
-        comp = _copy_logprobs(model, input_ids, comp_draw, 0, attention_mask, position_ids)
+        comp = _copy_logprobs(model, input_ids, comp_draw, 0, attention_mask, position_ids, head_chunk_tokens)
     return _elbo_from_logprobs(lp, draw, copy, comp)
 
 
 def elbo(model, input_ids: torch.Tensor, draw: MaskDraw, *, attention_mask: torch.Tensor,
-         position_ids: torch.Tensor | None = None, reduce_var: bool = False) -> ElboEstimate:
+         position_ids: torch.Tensor | None = None, reduce_var: bool = False,
+         head_chunk_tokens: int | None = None) -> ElboEstimate:
     """Monte-Carlo ELBO over all copies of the draw (a loop over `elbo_term`; wrap in no_grad for old / ref)."""
     terms = [elbo_term(model, input_ids, draw, c, attention_mask=attention_mask, position_ids=position_ids,
-                       reduce_var=reduce_var) for c in range(draw.n)]
+                       reduce_var=reduce_var, head_chunk_tokens=head_chunk_tokens) for c in range(draw.n)]
     totals = torch.stack([t.total for t in terms], dim=1)
     per_block = None if terms[0].per_block is None else torch.stack([t.per_block for t in terms], dim=1)
     return ElboEstimate(terms=totals, mean=totals.mean(dim=1), per_block=per_block)

@@ -3,6 +3,8 @@
 A backbone is a `DiffusionLM` (a torch Module) whose `forward` returns float logits `[B, L, V]` in the official
 model's convention, plus `traits` that tell samplers, likelihood estimators and trainers everything family-specific
 (mask id, logit shift, attention kind, block size, eos / pad ids) so that no caller branches on a family name.
+`forward(..., return_hidden=True)` returns the final-normed hidden states and the `OutputHead` instead of logits
+(`models/lm_head.py`: chunked log-probs without `[tokens, vocab]` logits); the default forward is unchanged.
 
 The family registry (`FamilySpec`, `register_family`, `detect_family`) lives in `families.py`, the bottom of the
 package.
@@ -19,6 +21,7 @@ from torch import nn
 
 from dare_bench.models.io import save_pretrained as save_checkpoint_dir
 from dare_bench.models.layers import check_backend
+from dare_bench.models.lm_head import HiddenStates, OutputHead
 
 AttentionKind = Literal["bidirectional", "block_causal"]
 
@@ -144,7 +147,8 @@ class DiffusionLM(nn.Module):
         kv_cache: KVCache | None = None,
         update_cache: bool = False,
         replace_position: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
+        return_hidden: bool = False,
+    ) -> torch.Tensor | HiddenStates:
         """Return logits `[B, L, V]` (float) in the official convention.
 
         attention_mask: what the official forward takes, with its semantics: a `[B, Lk]` 0/1 padding mask, or
@@ -156,7 +160,15 @@ class DiffusionLM(nn.Module):
             family's default pattern (the native keyword, the same in every family); used for packing, block-causal
             training layouts and cached decoding. At most one of it and a 4-D attention_mask.
         kv_cache / update_cache / replace_position: see `KVCache`.
+        return_hidden: return `HiddenStates(states [B, L, d], head)` instead: the final-normed hidden states in the
+            logits' row convention (Dream's row i still scores token i+1) and `output_head()`, so that
+            `head.logits(states)` is the logits this forward returns otherwise. Inside the forward, so wrappers
+            (PEFT, FSDP2 hooks, the LoRA reference) pass it through like any keyword.
         """
+        raise NotImplementedError
+
+    def output_head(self) -> OutputHead:  # pragma: no cover - abstract
+        """The LM head as an `OutputHead` (tied embeddings: the embedding matrix; LLaDA: its bias and logit scale)."""
         raise NotImplementedError
 
     # --- shared ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from torch import nn
 
 from dare_bench.errors import DareBenchError
 from dare_bench.models.layers import block_causal_mask, explicit_mask
+from dare_bench.models.lm_head import HiddenStates
 
 
 def bd3_rule(q_idx: torch.Tensor, k_idx: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
@@ -92,16 +93,20 @@ def dfactory_training_inputs(noisy_ids: torch.Tensor, clean_ids: torch.Tensor, b
 
 
 def training_forward(model, noisy_ids: torch.Tensor, clean_ids: torch.Tensor,
-                     attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                     attention_mask: torch.Tensor | None = None, *, return_hidden: bool = False):
     """Logits `[B, L, V]` of the noisy copy, from one forward over `[x_t ; x_0]` with the BD3 mask.
 
-    The block size comes from `model.traits.block_size`; works for every block-diffusion family.
+    The block size comes from `model.traits.block_size`; works for every block-diffusion family. `return_hidden`:
+    the noisy copy's `HiddenStates` (final hidden states `[B, L, d]` + the head) instead of logits.
     """
     traits = model.traits
     if not traits.is_block_diffusion or not traits.block_size:
         raise DareBenchError(f"training_forward needs a block-diffusion backbone; {traits.family} is "
                              f"{traits.attention}")
     ids, pos, mask = dfactory_training_inputs(noisy_ids, clean_ids, traits.block_size, attention_mask)
+    if return_hidden:
+        out = model(ids, position_ids=pos, attn_mask=mask, return_hidden=True)
+        return HiddenStates(out.states[:, : noisy_ids.shape[1]], out.head)
     logits = model(ids, position_ids=pos, attn_mask=mask)
     return logits[:, : noisy_ids.shape[1]]
 

@@ -37,6 +37,7 @@ from dare_bench.models.layers import (
     rotary_cos_sin,
 )
 from dare_bench.models.llada import _check_ids
+from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
 from dare_bench.models.presets import register_preset
 
 # `DreamConfig.__init__` defaults (configuration_dream.py of the HF snapshot), used for absent fields.
@@ -183,8 +184,10 @@ class DreamModel(DiffusionLM):
         kv_cache: KVCache | None = None,
         update_cache: bool = False,
         replace_position: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
-        """Raw logits `[B, L, V]`: row i scores token i+1 (shift with `shift_logits(..., 1)`).
+        return_hidden: bool = False,
+    ) -> torch.Tensor | HiddenStates:
+        """Raw logits `[B, L, V]`: row i scores token i+1 (shift with `shift_logits(..., 1)`); `return_hidden`: see
+        `DiffusionLM.forward` (the hidden rows keep the same unshifted convention).
 
         The official calling convention works as is: `attention_mask` None or "full" (no mask), or the 4-D mask the
         official sampler builds, `[B or 1, 1, L, Lk]`, bool (True = may attend; the sampler's
@@ -241,9 +244,16 @@ class DreamModel(DiffusionLM):
             args = (x, cos, sin, mask, i, kv_cache, update_cache, replace_position, self.attn_backend)
             x = checkpoint(layer, *args, use_reentrant=False) if ckpt else layer(*args)
         x = self.model.norm(x)
+        if return_hidden:
+            return HiddenStates(x, self.output_head())
         if self._c["tie_word_embeddings"]:
             return torch.nn.functional.linear(x, self.model.embed_tokens.weight)
         return self.lm_head(x)
+
+    def output_head(self) -> OutputHead:
+        if self._c["tie_word_embeddings"]:
+            return OutputHead(self.model.embed_tokens.weight)
+        return linear_head(self.lm_head)
 
 
 def adapt_vocab(config: dict[str, Any], *, vocab_size: int, mask_token_id: int, eos_token_id: int,

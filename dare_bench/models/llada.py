@@ -36,6 +36,7 @@ from dare_bench.models.layers import (
     key_padding_mask,
     rotary_cos_sin,
 )
+from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
 from dare_bench.models.presets import register_preset
 
 # What `LLaDAConfig` fills in for a field missing from config.json: the OLMo-style `ModelConfig` dataclass
@@ -222,8 +223,9 @@ class LLaDAModelLM(DiffusionLM):
         kv_cache: KVCache | None = None,
         update_cache: bool = False,
         replace_position: tuple[int, int] | None = None,
-    ) -> torch.Tensor:
-        """Logits `[B, L, V]`, not shifted (row i scores token i).
+        return_hidden: bool = False,
+    ) -> torch.Tensor | HiddenStates:
+        """Logits `[B, L, V]`, not shifted (row i scores token i); `return_hidden`: see `DiffusionLM.forward`.
 
         The official calling convention: `attention_mask` is the `[B, Lk]` 0/1 padding mask (or its `[B, 1, 1, Lk]`
         view, which upstream flattens the same way); it hides pad keys from every query, and only if it contains a 0
@@ -276,10 +278,20 @@ class LLaDAModelLM(DiffusionLM):
             args = (x, cos, sin, mask, i, kv_cache, update_cache, replace_position, self.attn_backend)
             x = checkpoint(block, *args, use_reentrant=False) if ckpt else block(*args)
         x = tr["ln_f"](x)
+        if return_hidden:
+            return HiddenStates(x, self.output_head())
         logits = tr["ff_out"](x) if "ff_out" in tr else F.linear(x, tr["wte"].weight)
         if self._c["scale_logits"]:
             logits = logits * (1 / math.sqrt(self._c["d_model"]))
         return logits
+
+
+    def output_head(self) -> OutputHead:
+        tr = self.model.transformer
+        scale = 1 / math.sqrt(self._c["d_model"]) if self._c["scale_logits"] else None
+        if "ff_out" in tr:
+            return linear_head(tr["ff_out"], scale=scale)
+        return OutputHead(tr["wte"].weight, None, scale)  # weight tying: the embedding matrix, no bias
 
 
 def adapt_vocab(config: dict[str, Any], *, vocab_size: int, mask_token_id: int, eos_token_id: int,

@@ -54,6 +54,7 @@ from dare_bench.models.base import DiffusionLM, KVCache, ModelTraits
 from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import RMSNorm, SwiGLU, apply_rotary, attention, rotary_cos_sin
+from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
 from dare_bench.models.presets import register_preset
 
 DEFAULT_BLOCK_SIZE = 32
@@ -276,6 +277,7 @@ class LLaDA2MoeModelLM(DiffusionLM):
         update_cache: bool = False,
         replace_position: tuple[int, int] | None = None,
         output_router_info: bool = False,
+        return_hidden: bool = False,
     ):
         """Logits `[B, L, V]` fp32 (see `DiffusionLM.forward`). With `output_router_info` also returns
         `{layer: (gate logits [B, L, E] fp32, top-k expert ids [B, L, k])}` for every MoE layer."""
@@ -293,9 +295,17 @@ class LLaDA2MoeModelLM(DiffusionLM):
             h, router = checkpoint(layer, *args, use_reentrant=False) if use_ckpt else layer(*args)
             if router is not None:
                 routers[i] = router
+        if return_hidden:
+            out = HiddenStates(self.model.norm(h), self.output_head())
+            return (out, routers) if output_router_info else out
         head = self.model.word_embeddings.weight if self.lm_head is None else self.lm_head.weight
         logits = F.linear(self.model.norm(h), head).float()
         return (logits, routers) if output_router_info else logits
+
+    def output_head(self) -> OutputHead:
+        if self.lm_head is None:  # tied: the embedding matrix
+            return OutputHead(self.model.word_embeddings.weight, float_logits=True)
+        return linear_head(self.lm_head, float_logits=True)
 
 
 def adapt_vocab(config: dict, *, vocab_size: int, mask_token_id: int, eos_token_id: int, pad_token_id: int,

@@ -77,6 +77,7 @@ class PreferenceConfig:
     warmup_steps: int = 0
     epochs: float | None = None
     order: DataOrder = "with_replacement"
+    lm_head_chunk_tokens: int | None = None  # None: materialised logits; N: the chunked LM head (train.* field)
 
     def __post_init__(self):
         if self.mc_samples is None or self.mc_samples < 1 or self.beta <= 0:
@@ -125,10 +126,12 @@ def _draw_rows(draw: MaskDraw, rows: slice) -> MaskDraw:
 
 def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len, *,
               beta: float, mc_samples: int, generator: torch.Generator,
-              antithetic: bool = True, pairs: slice | None = None) -> tuple[torch.Tensor, dict]:
+              antithetic: bool = True, pairs: slice | None = None,
+              head_chunk_tokens: int | None = None) -> tuple[torch.Tensor, dict]:
     """VRPO loss of interleaved chosen / rejected rows (see `interleave_pairs`), averaged over the pairs `pairs`
     (default all). The masks are drawn for every row first, so a row's masks do not depend on which pairs this
-    process computes (data parallelism: 1 process == N processes)."""
+    process computes (data parallelism: 1 process == N processes). `head_chunk_tokens`: the ELBOs through the
+    chunked LM head (`likelihood.elbo`), no `[tokens, vocab]` logits."""
     if input_ids.shape[0] % 2:
         raise ConfigError(
             f"VRPO needs an even micro-batch (chosen/rejected interleaved), got {input_ids.shape[0]} rows"
@@ -140,9 +143,11 @@ def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.
         input_ids, attention_mask = input_ids[rows], attention_mask[rows]
         draw, ref_draw = _draw_rows(draw, rows), _draw_rows(ref_draw, rows)
     resp_len = input_ids.shape[1] - int(prompt_len)
-    policy_elbo = elbo(policy, input_ids, draw, attention_mask=attention_mask).mean / resp_len
+    policy_elbo = elbo(policy, input_ids, draw, attention_mask=attention_mask,
+                       head_chunk_tokens=head_chunk_tokens).mean / resp_len
     with torch.no_grad(), _reference_context(policy, reference) as ref_model:
-        ref_elbo = elbo(ref_model, input_ids, ref_draw, attention_mask=attention_mask).mean / resp_len
+        ref_elbo = elbo(ref_model, input_ids, ref_draw, attention_mask=attention_mask,
+                        head_chunk_tokens=head_chunk_tokens).mean / resp_len
     loss = dpo_loss(policy_elbo[0::2], policy_elbo[1::2], ref_elbo[0::2], ref_elbo[1::2], beta)
     margin = (policy_elbo[0::2] - ref_elbo[0::2]) - (policy_elbo[1::2] - ref_elbo[1::2])
     return loss, {"loss": float(loss.detach()), "reward_margin": float(beta * margin.detach().mean()),
@@ -205,4 +210,5 @@ class _PreferenceRun(SupervisedRun):
         cfg = self.cfg
         ids, am, plen = interleave_pairs([pairs[i] for i in self.draw_indices()], self.traits.eos_token_id)
         return vrpo_loss(self.model, self.reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples,
-                         generator=self.gen, antithetic=cfg.antithetic, pairs=self.local)
+                         generator=self.gen, antithetic=cfg.antithetic, pairs=self.local,
+                         head_chunk_tokens=cfg.lm_head_chunk_tokens)

@@ -104,6 +104,7 @@ class SFTConfig:
     epochs: float | None = None
     lr_schedule: str | None = None
     order: DataOrder = "with_replacement"
+    lm_head_chunk_tokens: int | None = None  # None: materialised logits; N: the chunked LM head (train.* field)
 
     def __post_init__(self):
         _check_recipe(self, self.batch_size, "SFT")
@@ -179,16 +180,22 @@ def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_i
 
 
 def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answer_lengths: torch.Tensor,
-             generator: torch.Generator, eps: float = 1e-3, *, rows: slice | None = None) -> torch.Tensor:
+             generator: torch.Generator, eps: float = 1e-3, *, rows: slice | None = None,
+             head_chunk_tokens: int | None = None) -> torch.Tensor:
     """Completion-only diffusion SFT loss for any backbone (the pattern comes from the traits), averaged over `rows`
     of the batch (default all). The noise is drawn for every row first, so a row's masks do not depend on which
-    rows this process computes (data parallelism: 1 process == N processes)."""
+    rows this process computes (data parallelism: 1 process == N processes). `head_chunk_tokens`: only the masked
+    tokens' hidden states go through the LM head, that many at a time (`models.lm_head`), no `[B, L, V]` logits."""
     traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
     device = next(model.parameters()).device
     noisy, masked, p = draw_sft_noise(input_ids, prompt_lengths, traits.mask_token_id, generator, eps)
     if rows is not None:
         noisy, masked, p, input_ids, answer_lengths = (x[rows] for x in (noisy, masked, p, input_ids, answer_lengths))
     noisy, masked, p, clean = noisy.to(device), masked.to(device), p.to(device), input_ids.to(device)
+    if head_chunk_tokens is not None:
+        ce = -_masked_logprobs(model, traits, noisy, clean, masked, head_chunk_tokens)
+        per_example = (ce / p[:, None]).sum(dim=1) / answer_lengths.to(device).clamp(min=1)
+        return per_example.mean()
     if traits.is_block_diffusion:
         from dare_bench.models.block import training_forward
 
@@ -199,6 +206,24 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
     ce = ce.view(clean.shape) * masked / p[:, None]
     per_example = ce.sum(dim=1) / answer_lengths.to(device).clamp(min=1)
     return per_example.mean()
+
+
+def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int) -> torch.Tensor:
+    """log p(clean | noisy) `[B, L]` at the masked positions (0 elsewhere) through the chunked LM head: the same
+    forward as the materialised path (BD3 layout for block diffusion, Dream's shift)."""
+    from dare_bench.models.lm_head import chunked_token_logprobs
+
+    if traits.is_block_diffusion:
+        from dare_bench.models.block import training_forward
+
+        out = training_forward(model, noisy, clean, return_hidden=True)
+        states = out.states
+    else:
+        out = model(noisy, return_hidden=True)
+        states = shift_logits(out.states, traits.logit_shift)
+    rows, cols = masked.nonzero(as_tuple=True)
+    lp = chunked_token_logprobs(states[rows, cols], out.head, clean[rows, cols], chunk_tokens=chunk)
+    return torch.zeros(masked.shape, dtype=lp.dtype, device=lp.device).index_put((rows, cols), lp)
 
 
 def warmup_constant_lambda(warmup_steps: int) -> Callable[[int], float]:
@@ -401,7 +426,8 @@ class _SFTRun(SupervisedRun):
 
     def loss(self, examples):
         ids, plen, alen = collate([examples[i] for i in self.draw_indices()], self.traits.eos_token_id)
-        return sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps, rows=self.local), {}
+        return sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps, rows=self.local,
+                        head_chunk_tokens=self.cfg.lm_head_chunk_tokens), {}
 
 
 def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,

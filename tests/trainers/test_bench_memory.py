@@ -38,3 +38,26 @@ def test_bench_memory_refuses_bad_flags():
     with pytest.raises(subprocess.TimeoutExpired):
         run_benchmark([1], d_model=64, layers=1, heads=4, seq_len=8, rows=1, vocab=64, device="cpu",
                       timeout=0.001)
+
+
+def test_bench_memory_head_small():
+    """`--head` at a CPU-test size: both peaks measured, the chunked head far below materialised logits, and its
+    log-probs / gradients equal to fp32 rounding (the full-size figures are in the module doc's command)."""
+    from dare_bench.cli import app
+
+    args = ["bench", "memory", "--head", "--json", "--vocab", "32000", "--tokens", "512", "--d-model", "32",
+            "--chunk", "32", "--device", "cpu", "--threads", "1"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output.strip().splitlines()[-1])
+    assert data["logits_bytes"] == 512 * 32000 * 4
+    assert data["peak_bytes"]["full"] > data["logits_bytes"]  # at least the float32 logits are materialised
+    assert data["ratios"]["working"] >= 5 and data["ratios"]["peak"] > 1
+    assert all(v <= 1e-5 for v in data["errors"].values()), data["errors"]
+
+
+def test_bench_memory_head_refuses_bad_flags():
+    from dare_bench.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "memory", "--head", "--dtype", "float64"])
+    assert res.exit_code != 0 and "--dtype" in (res.output + str(res.exception))

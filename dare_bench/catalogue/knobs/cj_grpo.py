@@ -16,7 +16,9 @@ from dare_bench.catalogue.settings import AlgorithmConfig
 
 class CJGRPOConfig(AlgorithmConfig):
     # the aggregation is `loss_mode`'s (per-step means, or DARE's token-mean over the collapsed tokens)
-    unused_shared_settings = frozenset({"loss_agg"})
+    # lm_head_chunk_tokens: its forwards replay the sampler's own calls (block windows, CFG logit mixing) on
+    # materialised logits
+    unused_shared_settings = frozenset({"loss_agg", "lm_head_chunk_tokens"})
 
     clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
     # per_step: the official EOSER-ASS-RL loss; collapsed: DARE's collapse_cj_step_log_probs

@@ -16,7 +16,9 @@ class TraceRLConfig(AlgorithmConfig):
     # the loss is the official row normaliser (Σ tokens / L1 / rows), not a verl aggregation; the advantage is the
     # official z-score (population std, 0 for a constant group) or the value model's GAE; the policy term is the
     # official plain clip; the KL is k3 to the pre-update policy (`old_kl_beta`), never to a reference
-    unused_shared_settings = frozenset({"loss_agg", "clip_ratio_c", "kl_estimator", "clip_eps_high", "advantage"})
+    # lm_head_chunk_tokens: its forwards replay the sampler's own calls (CJ-GRPO's path) on materialised logits
+    unused_shared_settings = frozenset({"loss_agg", "clip_ratio_c", "kl_estimator", "clip_eps_high", "advantage",
+                                        "lm_head_chunk_tokens"})
 
     clip_eps: float = Field(0.2, gt=0, lt=1)  # training.eps
     old_kl_beta: float = Field(0.01, ge=0)  # training.beta (with use_kl_estimator_k3: True), KL to π_old

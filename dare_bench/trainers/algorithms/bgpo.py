@@ -195,7 +195,8 @@ class BGPO(Algorithm):
 
         ids, attn, p = elbo_layout(batch)
         draw = rows_to_draw(rows, attn, p, "stratified")
-        term = elbo_term(model, ids, draw, copy, attention_mask=attn)
+        term = elbo_term(model, ids, draw, copy, attention_mask=attn,
+                         head_chunk_tokens=self.config.lm_head_chunk_tokens)
         R = batch.completion_ids.shape[1]
         norm = self.config.elbo_norm
         if norm == "padded":

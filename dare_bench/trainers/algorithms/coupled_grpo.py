@@ -88,7 +88,8 @@ class CoupledGRPO(Algorithm):
         ids, attn, p = elbo_layout(batch)
         _, response = prompt_response_masks(attn, p)
         draw = MaskDraw(mask=mask, p_mask=p_mask, response_mask=response, scheme="coupled")
-        return coupled_token_logprobs(model, ids, draw, attention_mask=attn).token_logprobs[:, p:]
+        return coupled_token_logprobs(model, ids, draw, attention_mask=attn,
+                                      head_chunk_tokens=self.config.lm_head_chunk_tokens).token_logprobs[:, p:]
 
     @torch.no_grad()
     def prepare(self, batch: RolloutBatch, policy, reference, *, generator: torch.Generator,

@@ -87,8 +87,19 @@ class D1(Algorithm):
         """ℓ `[n, C]` of the completion tokens under `model` with the positions in `mask` replaced by [MASK]."""
         ids = batch.input_ids
         noisy = torch.where(mask, torch.as_tensor(self.traits.mask_token_id, device=ids.device), ids)
-        logits = model_logits(model, noisy, batch.attention_mask, logit_shift=self.traits.logit_shift)
         p = batch.prompt_ids.shape[1]
+        chunk = self.config.lm_head_chunk_tokens
+        if chunk is not None:  # the completion positions only, through the chunked LM head
+            from dare_bench.diffusion.likelihood import scored_token_logprobs
+            from dare_bench.trainers.algorithms.bgpo import with_traits
+
+            scored = torch.zeros_like(ids, dtype=torch.bool)
+            scored[:, p:] = True
+            out = scored_token_logprobs(with_traits(model, self.traits), noisy, ids, scored, chunk_tokens=chunk,
+                                        attention_mask=batch.attention_mask, left_align=False,
+                                        with_entropy=with_entropy)
+            return tuple(x[:, p:] for x in out) if with_entropy else out[:, p:]
+        logits = model_logits(model, noisy, batch.attention_mask, logit_shift=self.traits.logit_shift)
         return token_logprobs(logits[:, p:], batch.completion_ids, with_entropy=with_entropy)
 
     @torch.no_grad()

@@ -142,7 +142,8 @@ class EBPO(Algorithm):
         from dare_bench.diffusion.likelihood import elbo_term
 
         ids, attn, p = elbo_layout(batch)
-        term = elbo_term(model, ids, rows_to_draw(rows, attn, p, "ebpo"), copy, attention_mask=attn)
+        term = elbo_term(model, ids, rows_to_draw(rows, attn, p, "ebpo"), copy, attention_mask=attn,
+                         head_chunk_tokens=self.config.lm_head_chunk_tokens)
         return term.total
 
     def composite(self, model, batch: RolloutBatch, rows: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -184,7 +184,7 @@ class ESPO(Algorithm):
 
         ids, attn, _ = elbo_layout(batch)
         return elbo_term(model, ids, self._draw(batch, rows), copy, attention_mask=attn,
-                         reduce_var=self.config.reduce_var).total
+                         reduce_var=self.config.reduce_var, head_chunk_tokens=self.config.lm_head_chunk_tokens).total
 
     def normalized(self, model, batch: RolloutBatch, rows: dict[str, torch.Tensor], iteration: int) -> torch.Tensor:
         """b `[n]` of one update iteration: mean over its MC copies of E / R (0 for rows without a completion)."""
@@ -252,7 +252,8 @@ class ESPO(Algorithm):
             for half in halves:
                 if not bool(half.loss_mask.any()):  # nothing scored in this micro-batch: no gradient
                     continue
-                e = elbo_term(policy, ids, half, 0, attention_mask=attn).total
+                e = elbo_term(policy, ids, half, 0, attention_mask=attn,
+                              head_chunk_tokens=self.config.lm_head_chunk_tokens).total
                 ((e * g.to(e.dtype)).sum() * (half_weight / (M * R))).backward()
         metrics["loss"] = float(loss.detach())
         if kl is not None:

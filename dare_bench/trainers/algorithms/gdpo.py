@@ -182,7 +182,8 @@ class GDPO(Algorithm):
         from dare_bench.diffusion.likelihood import elbo_term
 
         ids, attn, _ = self.layout(batch)
-        return elbo_term(model, ids, self._draw(batch, rows), copy, attention_mask=attn).total
+        return elbo_term(model, ids, self._draw(batch, rows), copy, attention_mask=attn,
+                         head_chunk_tokens=self.config.lm_head_chunk_tokens).total
 
     def sequence_elbo(self, model, batch: RolloutBatch, rows: dict[str, torch.Tensor], iteration: int) -> torch.Tensor:
         """Ê `[n]` of one update iteration: Σ over its copies of (w_q / K) · term (the raw sequence ELBO)."""

@@ -172,10 +172,22 @@ class JustGRPO(Algorithm):
                 chunk_scored = torch.zeros_like(scored)
                 chunk_scored[0, s] = True
             ids, attn, rows, positions = ar_queries(batch, chunk_scored, s, e, mask_id)
-            logits = model_logits(model, ids, attn, logit_shift=self.traits.logit_shift)
             q = torch.arange(ids.shape[0], device=ids.device)
-            target_logits = logits[q, p + positions]  # [q, V]
-            out = token_logprobs(target_logits, batch.completion_ids[rows, positions], with_entropy=with_entropy)
+            targets = batch.completion_ids[rows, positions]
+            head_chunk = self.config.lm_head_chunk_tokens
+            if head_chunk is not None:  # each query's one target position only, through the chunked LM head
+                from dare_bench.diffusion.likelihood import scored_token_logprobs
+                from dare_bench.trainers.algorithms.bgpo import with_traits
+
+                at = torch.zeros_like(ids, dtype=torch.bool).index_put((q, p + positions), torch.tensor(True))
+                grid = torch.zeros_like(ids).index_put((q, p + positions), targets)
+                res = scored_token_logprobs(with_traits(model, self.traits), ids, grid, at, chunk_tokens=head_chunk,
+                                            attention_mask=attn, left_align=False, with_entropy=with_entropy)
+                out = tuple(x[q, p + positions] for x in res) if with_entropy else res[q, p + positions]
+            else:
+                logits = model_logits(model, ids, attn, logit_shift=self.traits.logit_shift)
+                target_logits = logits[q, p + positions]  # [q, V]
+                out = token_logprobs(target_logits, targets, with_entropy=with_entropy)
             lp, ent = out if with_entropy else (out, None)
             if dummy:
                 logp = lp.new_zeros((n, e - s)) + 0.0 * lp.sum()

@@ -175,9 +175,16 @@ class MDPO(Algorithm):
         dev = states.device
         keys = sorted(rows[0].model_kwargs)
         kw = {k: torch.cat([r.model_kwargs[k] for r in rows]).to(dev) for k in keys}
+        c = targets.shape[1]
+        chunk = self.config.lm_head_chunk_tokens
+        if chunk is not None:  # the completion columns' hidden states only, through the chunked LM head
+            from dare_bench.models.lm_head import chunked_token_logprobs
+
+            out = model(states, **kw, return_hidden=True)
+            hidden = shift_logits(out.states, rows[0].logit_shift)[:, p:p + c]
+            return chunked_token_logprobs(hidden, out.head, targets, chunk_tokens=chunk, with_entropy=with_entropy)
         out = model(states, **kw)
         logits = shift_logits(out.logits if hasattr(out, "logits") else out, rows[0].logit_shift)
-        c = targets.shape[1]
         return token_logprobs(logits[:, p:p + c], targets, with_entropy=with_entropy)
 
     @torch.no_grad()

@@ -148,8 +148,19 @@ class SPG(Algorithm):
 
         ids, attn, p = elbo_layout(batch)
         logps, probs = [], []
+        chunk = self.config.lm_head_chunk_tokens
         for j in range(masks.shape[1]):
             noisy = torch.where(masks[:, j], torch.as_tensor(self.traits.mask_token_id, device=ids.device), ids)
+            if chunk is not None:  # the completion tokens only, through the chunked LM head; p = exp(log p)
+                from dare_bench.diffusion.likelihood import scored_token_logprobs
+
+                scored = torch.zeros_like(ids, dtype=torch.bool)
+                scored[:, p:] = True
+                lp = scored_token_logprobs(model, noisy, ids, scored, chunk_tokens=chunk, attention_mask=attn,
+                                           clean_ids=ids)[:, p:]
+                logps.append(lp)
+                probs.append(lp.exp())
+                continue
             logits = aligned_logits(model, noisy, attention_mask=attn, clean_ids=ids)[:, p:]
             if logits.dtype in (torch.float16, torch.bfloat16):
                 logits = logits.float()
