@@ -241,6 +241,11 @@ class EvalSettings(Strict):
     repeats: int = Field(1, ge=1, exclude_if=lambda v: v == 1,
                          description="independent samples per item, the metric averaged over all of them "
                                      "(OpenCompass' repeatN datasets: DARE scores AIME as the mean of 8)")
+    # Left out of dumps at "native" (existing hashes unchanged); a run through OpenCompass is another config.
+    engine: Literal["native", "opencompass"] = Field(
+        "native", exclude_if=lambda v: v == "native",
+        description="native: dare-bench's evaluator; opencompass: the same checkpoint, sampler settings, task "
+                    "protocol and grader through OpenCompass' infer and eval tasks (the opencompass extra)")
     sampler: SamplerSettings
 
 
@@ -255,9 +260,18 @@ class ScaleProfile(Strict):
     eval: EvalSettings
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     task_options: dict[str, Any] = Field(
-        default_factory=dict, description="the task generator's difficulty knobs (arith: steps, max_operand, "
-        "ops; pyfunc: difficulty, unseen_functions), for training and evaluation alike; validated by the task "
-        "(Task.with_options)")
+        default_factory=dict, description="the task's options: the generator's difficulty knobs (arith: steps, "
+        "max_operand, ops; pyfunc: difficulty, unseen_functions), for training and evaluation alike, or an "
+        "evaluation protocol (protocol: an OpenCompass dataset config); validated by the task (Task.with_options)")
+
+    @model_validator(mode="after")
+    def _engine_needs_a_checkpoint(self) -> "ScaleProfile":
+        # OpenCompass loads the weights itself from a directory: the released checkpoint, never a trained model
+        # still in memory nor a tiny replica's SFT base
+        if self.eval.engine == "opencompass" and (self.train.kind != "none" or self.model.checkpoint is None):
+            raise ValueError("eval.engine opencompass evaluates a released checkpoint directory: only evaluation-only "
+                             "reproductions (train.kind none) at paper scale")
+        return self
 
 
 def scale_refusal(task, scale: str, algorithm: str, backbone: str) -> str:

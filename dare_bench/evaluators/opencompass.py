@@ -63,15 +63,23 @@ class DareDiffusionModel(_OCBaseModel):  # type: ignore[misc,valid-type]
 
     def __init__(self, path: str, task: str, preset: str | None = None, seed: int = 0, device: str = "cpu",
                  dtype: str = "float32", dare_batch_size: int | None = None, stats_path: str | None = None,
-                 max_seq_len: int = 4096, generate_fn=None, **kwargs: Any):
+                 max_seq_len: int = 4096, generate_fn=None, settings: dict | None = None,
+                 task_options: dict | None = None, **kwargs: Any):
         super().__init__(path=path, max_seq_len=max_seq_len, **kwargs)
         from dare_bench.evaluators.evaluator import load_model, resolve_preset, resolve_task
         from dare_bench.evaluators.presets import sampler_kind
 
-        task_obj = resolve_task(task)
+        task_obj = resolve_task(task).with_options(task_options or {})
         self.loaded = load_model(path, task_obj, device=device, dtype=dtype, seed=seed)
         traits = self.loaded.model.traits
-        self.preset = resolve_preset(preset, traits.family, task_obj.name, self.loaded.tiny)
+        if settings is not None:  # a reproduction's pinned sampler (`eval.sampler`), not a preset's numbers
+            from dare_bench.evaluators.presets import SamplerPreset
+
+            self.preset = SamplerPreset(name=preset or "reproduction", settings={sampler_kind(traits): dict(settings)},
+                                        source="reproduction config (eval.sampler)",
+                                        batch_size=int(dare_batch_size or 1))
+        else:
+            self.preset = resolve_preset(preset, traits.family, task_obj.name, self.loaded.tiny)
         self.settings = self.preset.settings_for(sampler_kind(traits))
         self.seed = int(seed)
         self.dare_batch_size = int(dare_batch_size or self.preset.batch_size)
@@ -133,13 +141,15 @@ class DareTaskDataset(_OCBaseDataset):  # type: ignore[misc,valid-type]
 
     @staticmethod
     def load(path: str, split: str = "test", source: str | None = None, limit: int | None = None,
-             template: str = "plain", **kwargs: Any):
+             template: str = "plain", task_options: dict | None = None, repeats: int = 1, **kwargs: Any):
         from dare_bench.evaluators.evaluator import resolve_task
 
-        task = resolve_task(path)
+        task = resolve_task(path).with_options(task_options or {})
         tpl = _prompt_template(template)
+        items = list(task.load(split=split, source=source, limit=limit))
+        # repeats: every item k times, as the native evaluator does (the metric is the mean over all samples)
         rows = [{"prompt": task.format_prompt(item, tpl), "index": int(item.index)}
-                for item in task.load(split=split, source=source, limit=limit)]
+                for _ in range(int(repeats)) for item in items]
         return _hf_datasets.Dataset.from_list(rows)
 
 
@@ -147,16 +157,17 @@ class DareTaskEvaluator(_OCBaseEvaluator):  # type: ignore[misc,valid-type]
     """Grades predictions with the task's own grader; references are item indices."""
 
     def __init__(self, task: str, split: str = "test", source: str | None = None, limit: int | None = None,
-                 grader: str | None = None, **kwargs: Any):
+                 grader: str | None = None, task_options: dict | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.task_name, self.split, self.source, self.limit, self.grader = task, split, source, limit, grader
+        self.task_options = dict(task_options or {})
 
     def score(self, predictions: list, references: list) -> dict:
         from dare_bench.evaluators.evaluator import grade_one, resolve_task
 
         if len(predictions) != len(references):
             return {"error": f"{len(predictions)} predictions for {len(references)} references"}
-        task = resolve_task(self.task_name)
+        task = resolve_task(self.task_name).with_options(self.task_options)
         by_index = {int(it.index): it for it in task.load(split=self.split, source=self.source, limit=self.limit)}
         details = []
         for pred, ref in zip(predictions, references):
@@ -174,7 +185,8 @@ class DareTaskEvaluator(_OCBaseEvaluator):  # type: ignore[misc,valid-type]
 
 def build_configs(model: str, task: str, *, preset: str | None, limit: int | None, grader: str | None,
                   source: str | None, split: str, seed: int, batch_size: int | None, device: str, dtype: str,
-                  template: str, stats_path: str | None) -> tuple[dict, dict]:
+                  template: str, stats_path: str | None, settings: dict | None = None,
+                  task_options: dict | None = None, repeats: int = 1) -> tuple[dict, dict]:
     """OpenCompass model and dataset configs (plain dicts with class objects as `type`)."""
     from opencompass.openicl.icl_inferencer import GenInferencer
     from opencompass.openicl.icl_prompt_template import PromptTemplate
@@ -184,16 +196,17 @@ def build_configs(model: str, task: str, *, preset: str | None, limit: int | Non
     model_cfg = dict(
         type=DareDiffusionModel, abbr=MODEL_ABBR, path=str(model), task=task, preset=preset, seed=seed,
         device=device, dtype=dtype, dare_batch_size=batch_size, stats_path=stats_path, max_seq_len=4096,
-        max_out_len=4096, batch_size=n_batch, run_cfg=dict(num_gpus=0, num_procs=1),
+        max_out_len=4096, batch_size=n_batch, run_cfg=dict(num_gpus=0, num_procs=1), settings=settings,
+        task_options=task_options,
     )
     dataset_cfg = dict(
         abbr=f"dare_{task}", type=DareTaskDataset, path=task, split=split, source=source, limit=limit,
-        template=template,
+        template=template, task_options=task_options, repeats=repeats,
         reader_cfg=dict(input_columns=["prompt"], output_column="index"),
         infer_cfg=dict(prompt_template=dict(type=PromptTemplate, template="{prompt}"),
                        retriever=dict(type=ZeroRetriever), inferencer=dict(type=GenInferencer)),
         eval_cfg=dict(evaluator=dict(type=DareTaskEvaluator, task=task, split=split, source=source, limit=limit,
-                                     grader=grader)),
+                                     grader=grader, task_options=task_options)),
     )
     return model_cfg, dataset_cfg
 
@@ -236,8 +249,12 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
                          grader: str | None = None, source: str | None = None, split: str = "test", seed: int = 0,
                          batch_size: int | None = None, device: str = "cpu", dtype: str = "float32",
                          work_dir: str | os.PathLike | None = None, template: str | None = None,
-                         generate_fn=None):
-    """Run OpenCompass' infer and eval tasks in this process; return an `EvalResult` like the native evaluator."""
+                         generate_fn=None, settings: dict | None = None, task_options: dict | None = None,
+                         repeats: int = 1):
+    """Run OpenCompass' infer and eval tasks in this process; return an `EvalResult` like the native evaluator.
+
+    `settings` (generate() keyword arguments, e.g. a reproduction's `eval.sampler`) replace the preset's numbers;
+    `task_options` (e.g. an OpenCompass `protocol`) and `repeats` (k samples per item) as in the native evaluator."""
     require_opencompass()
     from mmengine.config import ConfigDict
     from opencompass.tasks import OpenICLEvalTask, OpenICLInferTask
@@ -246,7 +263,7 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
     from dare_bench.fileio import atomic_write_text, dare_bench_home
 
     t0 = time.perf_counter()
-    task_obj = resolve_task(task)
+    task_obj = resolve_task(task).with_options(task_options or {})
     if grader is not None:
         from dare_bench.evaluators.evaluator import check_grader
 
@@ -267,7 +284,8 @@ def run_opencompass_eval(model: str, task: str, *, preset: str | None = None, li
     model_cfg, dataset_cfg = build_configs(model, task_obj.name, preset=preset, limit=limit, grader=grader,
                                            source=source, split=split, seed=seed, batch_size=batch_size,
                                            device=device, dtype=dtype, template=template,
-                                           stats_path=str(stats_path))
+                                           stats_path=str(stats_path), settings=settings,
+                                           task_options=task_options, repeats=repeats)
     atomic_write_text(wd / "dare_eval_config.py", _config_source(model_cfg, dataset_cfg, wd))
     if generate_fn is not None:
         model_cfg["generate_fn"] = generate_fn  # in-process only; not part of the written config

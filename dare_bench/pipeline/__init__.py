@@ -99,6 +99,10 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     from dare_bench.models.layers import check_backend
 
     check_backend(cfg.profile.model.attention)  # a missing extra (flash-attn) fails here, before any row
+    if cfg.profile.eval.engine == "opencompass":
+        from dare_bench.evaluators.opencompass import require_opencompass
+
+        require_opencompass()  # likewise the opencompass extra
     if paper and run_device == "cpu":
         warnings.warn(f"{spec.name}: running the paper recipe on CPU (--device cpu); meant for checks with shrunk "
                       "checkpoints, a full-size model is far too slow", stacklevel=2)

@@ -106,6 +106,8 @@ def register(app: typer.Typer) -> None:
                                             "each benchmark's items sharded over N GPUs."),
         db: Optional[str] = typer.Option(None, "--db", help=DB_HELP, show_default=False),
         force: bool = typer.Option(False, "--force", help="Re-run benchmarks whose identical run finished."),
+        engine: str = typer.Option("native", "--engine", help="native | opencompass (the plug-in: needs the "
+                                   "opencompass extra; the runs record eval.engine)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Plan every benchmark; run nothing."),
         as_json: bool = typer.Option(False, "--json", help="Print {backbone, rows} as JSON (CI reads it)."),
     ) -> None:
@@ -116,7 +118,8 @@ def register(app: typer.Typer) -> None:
         chosen = [b.strip() for b in benchmarks.split(",") if b.strip()] if benchmarks else None
         rows = run_suite(backbone, benchmarks=chosen, checkpoint=checkpoint, shrunk=shrunk, device=device,
                          limit=limit, shard=parse_shard(shard), overrides=list(overrides or []), db=db, force=force,
-                         nproc=nproc, dry_run=dry_run, progress=sys.stderr.isatty() and not as_json, log=log)
+                         nproc=nproc, dry_run=dry_run, engine=engine,
+                         progress=sys.stderr.isatty() and not as_json, log=log)
         if as_json:
             typer.echo(json.dumps({"backbone": backbone, "rows": rows_json(rows)}))
         else:

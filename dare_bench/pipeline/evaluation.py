@@ -23,7 +23,8 @@ from dare_bench.pipeline.context import Base, RunContext
 def evaluate_base(ctx: RunContext, base: Base):
     """The base's evaluation record (cached); its metrics become `result.base_metrics`."""
     base_eval, base_record = _cached_base_eval(base.model, base.tokenizer, base.task, ctx.cfg, base.directory,
-                                               seed=ctx.seed, progress=ctx.progress and ctx.is_main)
+                                               seed=ctx.seed, progress=ctx.progress and ctx.is_main,
+                                               checkpoint_dir=ctx.paper_dir)
     ctx.result.base_metrics = dict(base_eval["metrics"])
     return base_record
 
@@ -49,9 +50,11 @@ def sampler_preset_from_config(sampler, template: str = "plain", batch_size: int
                          source="reproduction config (eval.sampler)", template=template, batch_size=batch_size)
 
 
-def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, label: str, step: int):
+def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, label: str, step: int,
+                   checkpoint_dir: Path | None = None):
     """(EvalResult, EvaluationRecord) of `model` with the run's pinned evaluation; data-parallel under torchrun
-    (every rank its contiguous share of the items, joined in rank order: the same records as one process)."""
+    (every rank its contiguous share of the items, joined in rank order: the same records as one process).
+    `eval.engine: opencompass`: the checkpoint at `checkpoint_dir` through OpenCompass instead (one process)."""
     from dare_bench.evaluators.evaluator import evaluate, merge_shards
     from dare_bench.store.records import EvaluationRecord
     from dare_bench.trainers.distributed import dist_info, gather_objects, gathered_for_inference
@@ -60,6 +63,11 @@ def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, la
     info = dist_info()
     template = "plain" if cfg.scale in ("tiny", "micro") else "chat"
     preset = sampler_preset_from_config(ev.sampler, template=template, batch_size=ev.batch_size)
+    if ev.engine == "opencompass":
+        result = _opencompass_evaluation(model, task, cfg, preset, seed=seed, checkpoint_dir=checkpoint_dir)
+        record = EvaluationRecord(**{**result.evaluation_record(), "checkpoint": label, "step": step,
+                                     "primary_metric": ev.metric})
+        return result, record
     with gathered_for_inference(model):
         result = evaluate(model, task, preset=preset, tokenizer=tokenizer, limit=ev.limit, split=ev.split,
                           grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=progress,
@@ -71,13 +79,33 @@ def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, la
     return result, record
 
 
+def _opencompass_evaluation(model, task, cfg, preset, *, seed: int, checkpoint_dir: Path | None):
+    """The run's evaluation through OpenCompass: same checkpoint, sampler settings, task options and grader."""
+    from dare_bench.errors import ConfigError
+    from dare_bench.evaluators.opencompass import run_opencompass_eval
+    from dare_bench.trainers.distributed import dist_info
+
+    if checkpoint_dir is None:  # the schema allows the engine only for evaluation-only paper-scale entries
+        raise ConfigError("eval.engine opencompass needs the checkpoint directory (--checkpoint)")
+    if dist_info().enabled:
+        raise ConfigError("eval.engine opencompass runs in one process; drop --nproc")
+    ev = cfg.profile.eval
+    device = str(next(model.parameters()).device)
+    return run_opencompass_eval(
+        str(checkpoint_dir), task.name, preset=preset.name, limit=ev.limit, grader=cfg.grader, split=ev.split,
+        seed=seed, batch_size=ev.batch_size, device=device, dtype=cfg.profile.model.dtype,
+        template=str(Path(checkpoint_dir).resolve()), settings=preset.settings_for("llada"),
+        task_options=dict(cfg.profile.task_options), repeats=ev.repeats)
+
+
 def _new_uid() -> str:
     from dare_bench.store.records import new_uid
 
     return new_uid()
 
 
-def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int, progress: bool):
+def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int, progress: bool,
+                      checkpoint_dir: Path | None = None):
     """The base's evaluation is shared by every algorithm on it: cached beside the base, keyed by eval settings."""
     from dare_bench.store.records import EvaluationRecord
     from dare_bench.trainers.distributed import broadcast_object, dist_info
@@ -90,7 +118,8 @@ def _cached_base_eval(model, tokenizer, task, cfg, base_dir: Path, *, seed: int,
     if broadcast_object(path.exists(), info):  # rank 0's view decides: every rank then takes the same branch
         record = EvaluationRecord.model_validate_json(path.read_text())
         return {"metrics": record.metrics}, record
-    res, record = evaluate_model(model, tokenizer, task, cfg, seed=seed, progress=progress, label="base", step=0)
+    res, record = evaluate_model(model, tokenizer, task, cfg, seed=seed, progress=progress, label="base", step=0,
+                                 checkpoint_dir=checkpoint_dir)
     if info.is_main:
         atomic_write_json(path, json.loads(record.model_dump_json()))
     return {"metrics": res.metrics}, record

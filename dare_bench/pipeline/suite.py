@@ -11,6 +11,7 @@ any benchmark failed (the others still run).
     dare-bench eval-suite llada2 --checkpoint DIR --nproc 4                  # each benchmark data-parallel
     dare-bench eval-suite dream --benchmarks gsm8k,mmlu --json
     dare-bench eval-suite llada --shrunk --limit 2                           # CPU: the same path, shrunk weights
+    dare-bench eval-suite sdar --checkpoint DIR --engine opencompass         # through the OpenCompass plug-in
     dare-bench eval-suite llada --checkpoint DIR --set eval.sampler.extra.use_cache=none   # a protocol variant
 
 Several GPUs: `--nproc N` shards each benchmark's items over N ranks (torchrun); `--shard K/N` gives job K of N
@@ -128,8 +129,10 @@ def run_suite(backbone: str, *, benchmarks: list[str] | None = None, checkpoint:
               shrunk: bool = False, device: str | None = None, limit: int | None = None,
               shard: tuple[int, int] | None = None, overrides: list[str] | tuple[str, ...] = (),
               db: str | None = None, force: bool = False, nproc: int | None = None, dry_run: bool = False,
-              progress: bool = True, log: Callable[[str], Any] = print) -> list[SuiteRow]:
-    """Run the suite (this shard of it); one row per benchmark, failures recorded rather than raised."""
+              engine: str = "native", progress: bool = True,
+              log: Callable[[str], Any] = print) -> list[SuiteRow]:
+    """Run the suite (this shard of it); one row per benchmark, failures recorded rather than raised.
+    `engine="opencompass"`: each benchmark through the OpenCompass plug-in (the override eval.engine=opencompass)."""
     from dare_bench.config import to_percent
     from dare_bench.pipeline import reproduce
 
@@ -137,6 +140,12 @@ def run_suite(backbone: str, *, benchmarks: list[str] | None = None, checkpoint:
         raise ConfigError("--shrunk builds its own checkpoint; drop --checkpoint (or --shrunk)")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be a positive integer, got {limit}")
+    if engine not in ("native", "opencompass"):
+        raise ConfigError(f"--engine must be native or opencompass, got {engine!r}")
+    if engine == "opencompass":
+        from dare_bench.evaluators.opencompass import require_opencompass
+
+        require_opencompass()  # before anything is shrunk or stored
     specs = suite_entries(backbone, benchmarks)
     if shrunk:
         checkpoint, device = str(shrunk_checkpoint(backbone, log)), device or "cpu"
@@ -155,7 +164,7 @@ def run_suite(backbone: str, *, benchmarks: list[str] | None = None, checkpoint:
             if spec not in mine:
                 continue
             extra = [*(shrunk_overrides(spec) if shrunk else []), *([f"eval.limit={limit}"] if limit else []),
-                     *overrides]
+                     *(["eval.engine=opencompass"] if engine == "opencompass" else []), *overrides]
             if bar is not None:
                 bar.set_postfix_str(spec.task)
             try:

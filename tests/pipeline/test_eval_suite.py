@@ -104,3 +104,14 @@ def test_shrunk_overrides_keep_the_pinned_shape():
     assert parse_shard("0/3") == (0, 3) and parse_shard(None) is None
     with pytest.raises(ConfigError):
         suite_entries("llada", ["nope"], registry=reg)
+
+
+def test_the_opencompass_engine_is_for_released_checkpoints_only():
+    reg = load_registry()
+    assert reg.get("released-sdar-gsm8k").resolve("paper", ["eval.engine=opencompass"]).profile.eval.engine == \
+        "opencompass"
+    assert "engine" not in reg.get("released-sdar-gsm8k").resolve("paper").profile.eval.model_dump()  # old hashes
+    with pytest.raises(ConfigError, match="only evaluation-only reproductions"):
+        reg.get("d1-llada-gsm8k").resolve("paper", ["eval.engine=opencompass"])
+    with pytest.raises(ConfigError, match="only evaluation-only reproductions"):
+        reg.get("baseline-llada-sudoku").resolve("tiny", ["eval.engine=opencompass"])
