@@ -7,7 +7,8 @@
     dare-bench eval --model /ckpt/LLaDA-8B-Instruct --task gsm8k --device cuda --dtype bfloat16 --attention flash_attn
     dare-bench score --task gsm8k --predictions preds.jsonl [--data test.parquet] [--grader strict] --json
 
-`score` reads one JSON object per line, `{"index": <item index in the data>, "completion": "..."}`, and prints
+`score` reads one JSON object per line, `{"index": <item index in the data>, "completion": "..."}` (a `"task"`
+field, when present, must name the task scored: a predictions file of another benchmark is refused), and prints
 `{"task", "items": [{"index", "correct", "reward", "extracted"}, ...], "metrics": {...}}` (one item per input line,
 in input order). Bad input (unknown task, unreadable data, missing indices) is one `error: ...` line, exit 2; a
 malformed completion is scored wrong and logged. torch and OpenCompass are imported only inside the commands.

@@ -564,7 +564,8 @@ def merge_shards(shards: Sequence[EvalResult], task) -> EvalResult:
 
 
 def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Lines of `{"index": int, "completion": str}`; a bad completion is kept (scored wrong), a bad line is not."""
+    """Lines of `{"index": int, "completion": str}` (optionally `"task"`: the benchmark they answer, checked by
+    `score_predictions`); a bad completion is kept (scored wrong), a bad line is not."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -583,7 +584,10 @@ def read_predictions(path: str | os.PathLike) -> list[dict[str, Any]]:
         index = row.get("index")
         if isinstance(index, bool) or not isinstance(index, int):
             raise DataError(f"{p}:{n}: 'index' must be an integer, got {index!r}")
-        rows.append({"index": index, "completion": row.get("completion"), "line": n})
+        task_name = row.get("task")
+        if task_name is not None and not isinstance(task_name, str):
+            raise DataError(f"{p}:{n}: 'task' must be a task name, got {task_name!r}")
+        rows.append({"index": index, "completion": row.get("completion"), "line": n, "task": task_name})
     if not rows:
         raise DataError(f"{p}: no predictions")
     return rows
@@ -596,6 +600,11 @@ def score_predictions(task, predictions: str | os.PathLike | Sequence[dict[str, 
     task = resolve_task(task)
     check_grader(task, grader)
     rows = read_predictions(predictions) if isinstance(predictions, (str, os.PathLike)) else list(predictions)
+    wrong = next((r for r in rows if r.get("task") not in (None, task.name)), None)
+    if wrong is not None:  # e.g. MMLU predictions scored as ARC-C: same indices, meaningless verdicts
+        where = f"line {wrong['line']}: " if "line" in wrong else ""
+        raise DataError(f"predictions are for task {wrong['task']!r}, not {task.name!r} ({where}wrong predictions "
+                        "file?)")
     dataset = task.load(split=split, source=data)
     by_index: dict[int, Any] = {}
     for item in dataset:

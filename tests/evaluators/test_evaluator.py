@@ -193,6 +193,10 @@ def test_score_bad_inputs_are_one_clear_error(tmp_path):
     bad.write_text("not json\n")
     with pytest.raises(DataError, match=":1: not a JSON object"):
         ev.score_predictions(task, bad)
+    bad.write_text('{"index": 10, "completion": "cat", "task": "echo"}\n{"index": 11, "completion": "x", '
+                   '"task": "mmlu"}\n')  # a predictions file of another benchmark
+    with pytest.raises(DataError, match="predictions are for task 'mmlu', not 'echo' \\(line 2"):
+        ev.score_predictions(task, bad)
     with pytest.raises(DataError, match="cannot read"):
         ev.score_predictions(task, tmp_path / "missing.jsonl")
     data = tmp_path / "data.jsonl"
