@@ -3,10 +3,11 @@
 Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``math`` (the MATH test set,
 5000, evaluation only), ``humaneval``, ``mbpp``, and
 the procedural CPU-scale ``arith`` (GSM8K-style multi-step arithmetic, graded by gsm8k's graders) and ``pyfunc`` (a
-small Python function from a docstring, graded through the sandbox). Evaluation-only benchmarks DARE scores through
-OpenCompass, each with that config's prompt and verdict (``graders/opencompass.py``, ``graders/olympiad.py``):
-multiple choice ``mmlu`` (5-shot), ``mmlupro``, ``hellaswag``, ``arcc`` (ARC-Challenge dev), ``gpqa`` (diamond), and
-competition math ``aime2024``, ``aime2025``, ``olympiadbench``; each has only a ``dare`` grader.
+small Python function from a docstring, graded through the sandbox). Evaluation-only benchmarks DARE scores only
+through OpenCompass, each with the prompt and verdict of the dataset config DARE imports (``graders/
+opencompass_choice.py``, ``opencompass_olympiad.py``, AIME on ``opencompass_protocols.py``): multiple choice ``mmlu``
+(5-shot), ``mmlupro``, ``hellaswag``, ``arcc`` (ARC-Challenge dev), ``gpqa`` (diamond), and competition math
+``aime2024``, ``aime2025``, ``olympiadbench``; their one rule is both the ``dare`` and the ``opencompass`` grader.
 
 Real data: ``dare-bench data get <task>... [--from PATH | --hf] [--out DIR]`` writes DARE's verl parquet files (pinned
 in ``data_manifest.yaml``) to ``$DARE_BENCH_DATA/rl/<split>/``; ``dare-bench data list | verify`` (``tasks/data.py``).

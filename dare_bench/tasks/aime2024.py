@@ -17,13 +17,13 @@ from typing import Any
 
 from dare_bench.errors import DataError
 from dare_bench.tasks.base import GradeResult, GraderFn, Item, Task
-from dare_bench.tasks.graders import opencompass as oc
+from dare_bench.tasks.graders import opencompass_protocols as ocp
 
 
 def grade_math_v2(completion: str, item: Item) -> GradeResult:
     """OpenCompass math_postprocess_v2 + MATHEvaluator(version='v2')."""
-    pred = oc.math_postprocess_v2(completion)
-    ok = oc.math_v2_equiv(pred, item.ground_truth)
+    pred = ocp.math_postprocess_v2(completion)
+    ok = ocp.math_v2_equiv(pred, item.ground_truth)
     return GradeResult(ok, float(ok), pred, {"pred": pred})
 
 
@@ -37,7 +37,9 @@ class AIME2024Task(Task):
     instruction = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": grade_math_v2}
+        grade = grade_math_v2
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def verl_row_to_item(self, row: dict[str, Any], i: int) -> Item:
         item = super().verl_row_to_item(row, i)

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from dare_bench.tasks.base import GraderFn
 from dare_bench.tasks.choice import ChoiceTask, letter_grader
-from dare_bench.tasks.graders import opencompass as oc
+from dare_bench.tasks.graders import opencompass_choice as oc
 
 
 class ARCChallengeTask(ChoiceTask):
@@ -28,7 +28,9 @@ class ARCChallengeTask(ChoiceTask):
     hf_hint = "allenai/ai2_arc:ARC-Challenge"
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": letter_grader(lambda text: oc.first_option(text, "ABCD"))}
+        grade = letter_grader(lambda text: oc.first_option(text, "ABCD"))
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def make_prompt(self, question: str, choices: Sequence[str]) -> str:
         lines = "\n".join(f"{letter}. {text}" for letter, text in zip("ABCD", choices))

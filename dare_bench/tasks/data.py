@@ -840,7 +840,7 @@ def listing(root: Path | None) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "file": f.path, "name": f.name, "tasks": list(f.tasks), "split": f.split, "rows": f.rows,
             "sha256": f.sha256, "rows_sha256": f.rows_sha256, "git_blob": f.git_blob, "license": f.license,
-            "sources": f.sources(), "dare": f"{m.dare_ref}:{m.dare_path(f)}",
+            "sources": f.sources(), "dare": f"{m.dare_ref}:{m.dare_path(f)}" if f.from_dare else None,
             "hf": f.hf, "converter": (f.converter or {}).get("name"),
         }
         if root is not None:

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from dare_bench.tasks.base import GraderFn, Item
 from dare_bench.tasks.choice import ChoiceTask, letter_grader
-from dare_bench.tasks.graders import opencompass as oc
+from dare_bench.tasks.graders import opencompass_choice as oc
 
 
 @lru_cache(maxsize=1)
@@ -38,7 +38,9 @@ class GPQATask(ChoiceTask):
     hf_hint = "Idavidrein/gpqa:gpqa_diamond"
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": letter_grader(oc.gpqa_correct_answer)}
+        grade = letter_grader(oc.gpqa_correct_answer)
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def make_prompt(self, question: str, choices: Sequence[str]) -> str:
         lines = "\n".join(f"{letter}. {text}" for letter, text in zip("ABCD", choices))

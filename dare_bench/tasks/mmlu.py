@@ -20,7 +20,7 @@ from typing import Sequence
 
 from dare_bench.tasks.base import GraderFn, Item
 from dare_bench.tasks.choice import ChoiceTask, letter_grader
-from dare_bench.tasks.graders import opencompass as oc
+from dare_bench.tasks.graders import opencompass_choice as oc
 
 
 def _hint(subject: str) -> str:
@@ -39,7 +39,9 @@ class MMLUTask(ChoiceTask):
     hf_hint = ""  # an hf: source gives one split; the 5-shot prompt needs the dev split too (`data get --hf`)
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": letter_grader(lambda text: oc.first_option(text, "ABCD"))}
+        grade = letter_grader(lambda text: oc.first_option(text, "ABCD"))
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def make_messages(self, subject: str, question: str, choices: Sequence[str],
                       shots: Sequence[tuple[str, Sequence[str], str]]) -> list[dict[str, str]]:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from dare_bench.tasks.base import GraderFn, Item
 from dare_bench.tasks.choice import ChoiceTask, letter_grader
-from dare_bench.tasks.graders import opencompass as oc
+from dare_bench.tasks.graders import opencompass_choice as oc
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -37,7 +37,9 @@ class MMLUProTask(ChoiceTask):
     hf_hint = "TIGER-Lab/MMLU-Pro"
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": letter_grader(lambda text: oc.answer_pattern(text, oc.MMLU_PRO_PATTERN))}
+        grade = letter_grader(lambda text: oc.answer_pattern(text, oc.MMLU_PRO_PATTERN))
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def make_prompt(self, question: str, options_text: str) -> str:
         return ("Answer the following multiple choice question. The last line of your response should be of the "

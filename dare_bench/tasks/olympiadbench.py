@@ -5,7 +5,7 @@ Follows OpenCompass ``configs/datasets/OlympiadBench/OlympiadBench_0shot_gen_be8
 with its ``OlympiadBench_categories.py``: the prompt is ``OlympiadBenchPrompter.make_prompt`` (English or Chinese
 instruction naming the answer type, the unit rule and "So the final answer is \\boxed{answer}.", the problem, then
 "Please reason step by step, and put your final answer within \\boxed{}." / its Chinese form); verdict:
-``olympiadbench_postprocess_v2`` + ``OlympiadBenchEvaluator(version='v2')`` (``graders/olympiad.py``; needs
+``olympiadbench_postprocess_v2`` + ``OlympiadBenchEvaluator(version='v2')`` (``graders/opencompass_olympiad.py``; needs
 ``antlr4-python3-runtime==4.11.0`` for sympy's LaTeX parser, as OpenCompass does). The gold is ``final_answer[0]``.
 OpenCompass reports each of the 5 sets (``extra_info.category``); DARE's figure is their mean.
 
@@ -16,7 +16,7 @@ OpenCompass's ``OlympiadBenchDataset`` reads) -> ``rl/test/olympiadbench.parquet
 from __future__ import annotations
 
 from dare_bench.tasks.base import GradeResult, GraderFn, Item, Task
-from dare_bench.tasks.graders import olympiad
+from dare_bench.tasks.graders import opencompass_olympiad as olympiad
 
 #: the configs OlympiadBench_categories.py lists, in its order
 CATEGORIES = ("OE_TO_maths_en_COMP", "OE_TO_maths_zh_COMP", "OE_TO_maths_zh_CEE", "OE_TO_physics_en_COMP",
@@ -108,7 +108,9 @@ class OlympiadBenchTask(Task):
     hf_hint = "Hothan/OlympiadBench"
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": grade_olympiad}
+        grade = grade_olympiad
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
 
     def grade(self, completion: str, item: Item, grader: str = "dare") -> GradeResult:
         olympiad.require_latex_parser()  # one ConfigError, not every answer silently wrong

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from dare_bench.errors import DataError
 from dare_bench.tasks import data, get_task
 from dare_bench.tasks.base import read_rows
-from dare_bench.tasks.graders.olympiad import latex_parser_available
+from dare_bench.tasks.graders.opencompass_olympiad import latex_parser_available
 
-from testpaths import DARE_DATA, OPENCOMPASS_PROMPTS, TASK_SAMPLES
+from testpaths import DARE_DATA, OPENCOMPASS_TASK_PROMPTS, TASK_SAMPLES
 
 EVAL_TASKS = ["mmlu", "mmlupro", "hellaswag", "arcc", "gpqa", "aime2024", "aime2025", "olympiadbench"]
 RAW = {"mmlupro": "mmlupro/test.jsonl", "hellaswag": "hellaswag/validation.jsonl", "arcc": "arcc/validation.jsonl",
@@ -52,7 +52,8 @@ def load(name, tmp_path, monkeypatch):
 def test_registered_and_evaluation_only():
     for name in EVAL_TASKS:
         task = get_task(name)
-        assert task.scales == ("paper",) and list(task.dare_files) == ["test"] and task.graders == ["dare"]
+        assert task.scales == ("paper",) and list(task.dare_files) == ["test"]
+        assert task.graders == ["dare", "opencompass"]
 
 
 @pytest.mark.parametrize("name", EVAL_TASKS)
@@ -205,10 +206,10 @@ def test_gold_outside_the_options_is_a_data_error(tmp_path):
 
 @pytest.mark.parametrize("name", EVAL_TASKS)
 def test_prompts_are_the_ones_opencompass_builds(name, tmp_path, monkeypatch):
-    """opencompass_prompts.jsonl: each sample item's chat as OpenCompass made it (DARE's fork's dataset config, its
-    dataset class reading the sample, retriever + prompt templates, the dLLM wrappers' chat conversion; made by
-    tests/fixtures/graders/make_opencompass_verdicts.py). Ours must be the same text, turn for turn, and gold."""
-    shipped = [json.loads(line) for line in OPENCOMPASS_PROMPTS.read_text(encoding="utf-8").splitlines()]
+    """opencompass_tasks/prompts.jsonl: each sample item's chat as OpenCompass made it (DARE's fork's dataset config,
+    its dataset class reading the sample, retriever + prompt templates, the dLLM wrappers' chat conversion; made by
+    tests/fixtures/graders/make_opencompass_task_verdicts.py). Ours must be the same text, turn for turn, and gold."""
+    shipped = [json.loads(line) for line in OPENCOMPASS_TASK_PROMPTS.read_text(encoding="utf-8").splitlines()]
     want = {r["key"]: (r["messages"], r["gold"]) for r in shipped if r["task"] == name}
     group = {"mmlu": "subject", "mmlupro": "category"}.get(name)
     seen: dict[str, int] = {}
@@ -231,7 +232,7 @@ def needs_latex_parser():
 
 def test_olympiadbench_without_the_latex_parser_is_one_config_error(monkeypatch):
     from dare_bench.errors import ConfigError
-    from dare_bench.tasks.graders import olympiad
+    from dare_bench.tasks.graders import opencompass_olympiad as olympiad
 
     monkeypatch.setattr(olympiad, "latex_parser_available", lambda: False)
     item = get_task("olympiadbench").load(source=TASK_SAMPLES / RAW["olympiadbench"])[0]

@@ -1,13 +1,13 @@
 """The `dare` grader of the eight benchmarks DARE scores through OpenCompass reproduces OpenCompass's own verdicts.
 
-`tests/fixtures/graders/opencompass_verdicts.jsonl`: hand-written completions (the hard cases: "The answer is (C)",
-"D. xxx", lowercase letters, several letters, Chinese answer forms, boxed integers with leading zeros, fractions,
+`tests/fixtures/graders/opencompass_tasks/verdicts.jsonl`: hand-written completions (the hard cases: "The answer is
+(C)", "D. xxx", lowercase letters, several letters, Chinese answer forms, boxed integers with leading zeros, fractions,
 several boxes, ...) with the extracted answer and verdict OpenCompass's postprocessor + evaluator gave each
-(`tests/fixtures/graders/make_opencompass_verdicts.py`; see tests/fixtures/README.md). Any drift of a rule in
-`dare_bench/tasks/graders/opencompass.py` or `olympiad.py` fails here. OlympiadBench's judge needs sympy's LaTeX
+(`tests/fixtures/graders/make_opencompass_task_verdicts.py`; see tests/fixtures/README.md). Any drift of a rule in
+`dare_bench/tasks/graders/opencompass_choice.py` or `olympiad.py` fails here. OlympiadBench's judge needs sympy's LaTeX
 parser (antlr4-python3-runtime 4.11, a dependency of the package).
 
-    OMP_NUM_THREADS=1 python -m pytest tests/tasks/test_opencompass_verdicts.py -q
+    OMP_NUM_THREADS=1 python -m pytest tests/tasks/test_opencompass_task_verdicts.py -q
 """
 
 import json
@@ -16,11 +16,11 @@ import pytest
 
 from dare_bench.tasks import get_task
 from dare_bench.tasks.base import Item
-from dare_bench.tasks.graders.olympiad import latex_parser_available
+from dare_bench.tasks.graders.opencompass_olympiad import latex_parser_available
 
-from testpaths import OPENCOMPASS_VERDICTS
+from testpaths import OPENCOMPASS_TASK_VERDICTS
 
-ROWS = [json.loads(line) for line in OPENCOMPASS_VERDICTS.read_text(encoding="utf-8").splitlines()]
+ROWS = [json.loads(line) for line in OPENCOMPASS_TASK_VERDICTS.read_text(encoding="utf-8").splitlines()]
 TASKS = ["mmlu", "mmlupro", "hellaswag", "arcc", "gpqa", "aime2024", "aime2025", "olympiadbench"]
 
 

@@ -2,7 +2,7 @@
 the OpenCompass plug-in's evaluator (`DareTaskEvaluator`, the task's `dare` grader) gives the same verdicts.
 
 Runs only where OpenCompass imports (its own venv, numpy<2; CI's OpenCompass step):
-    /tmp/ocvenv/bin/python -m pytest tests/evaluators/test_opencompass_verdicts_live.py -q
+    /tmp/ocvenv/bin/python -m pytest tests/evaluators/test_opencompass_task_verdicts_live.py -q
 GPQA's postprocessor and the prompt rendering read DARE's fork (yjyddq/DARE @ 83ae8a3, opencompass/opencompass):
 set DARE_OPENCOMPASS to that folder to include them; without it those parts skip.
 """
@@ -13,18 +13,18 @@ import os
 
 import pytest
 
-from testpaths import FIXTURES, OPENCOMPASS_PROMPTS, OPENCOMPASS_VERDICTS
+from testpaths import FIXTURES, OPENCOMPASS_TASK_PROMPTS, OPENCOMPASS_TASK_VERDICTS
 
 HAVE_OC = importlib.util.find_spec("opencompass") is not None
 pytestmark = [pytest.mark.extra,
               pytest.mark.skipif(not HAVE_OC, reason="opencompass extra not installed (own venv, numpy<2)")]
-SHIPPED = [json.loads(line) for line in OPENCOMPASS_VERDICTS.read_text(encoding="utf-8").splitlines()]
+SHIPPED = [json.loads(line) for line in OPENCOMPASS_TASK_VERDICTS.read_text(encoding="utf-8").splitlines()]
 DARE_OC = os.environ.get("DARE_OPENCOMPASS")
 
 
 def generator():
-    path = FIXTURES / "graders" / "make_opencompass_verdicts.py"
-    spec = importlib.util.spec_from_file_location("make_opencompass_verdicts", path)
+    path = FIXTURES / "graders" / "make_opencompass_task_verdicts.py"
+    spec = importlib.util.spec_from_file_location("make_opencompass_task_verdicts", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -49,7 +49,7 @@ def test_opencompass_still_gives_the_shipped_verdicts():
 def test_prompts_are_still_the_ones_opencompass_builds():
     if not DARE_OC:
         pytest.skip("set DARE_OPENCOMPASS to DARE's fork (its dataset configs) to render the prompts")
-    shipped = [json.loads(line) for line in OPENCOMPASS_PROMPTS.read_text(encoding="utf-8").splitlines()]
+    shipped = [json.loads(line) for line in OPENCOMPASS_TASK_PROMPTS.read_text(encoding="utf-8").splitlines()]
     assert generator().render_prompts(DARE_OC) == shipped
 
 
