@@ -112,6 +112,11 @@ class OlympiadBenchTask(Task):
         # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
         return {"dare": grade, "opencompass": grade}
 
+    def load(self, *args, **kwargs):
+        # before any generation: an evaluation must not decode for hours and then fail to grade
+        olympiad.require_latex_parser()
+        return super().load(*args, **kwargs)
+
     def grade(self, completion: str, item: Item, grader: str = "dare") -> GradeResult:
         olympiad.require_latex_parser()  # one ConfigError, not every answer silently wrong
         return super().grade(completion, item, grader)

@@ -451,7 +451,8 @@ def test_opencompass_benchmarks_convert_from_the_hub_rows(tmp_path, monkeypatch)
         ("rl/test/mmlu.parquet", 3, "rows"), ("rl/test/olympiadbench.parquet", 5, "unchecked")]
     prov = json.loads((tmp_path / "rl/test/olympiadbench.parquet.source.json").read_text())
     assert prov["source"]["configs"][0] == "OE_TO_maths_en_COMP" and len(prov["rows_sha256"]) == 64
-    items = get_task("olympiadbench").load(source=tmp_path / "rl/test/olympiadbench.parquet")
+    items = get_task("olympiadbench").rows_to_items(read_rows(tmp_path / "rl/test/olympiadbench.parquet"), "test",
+                                                    "the written file")  # (its load also needs the judge's parser)
     assert items[0].extra["category"] == "OE_TO_maths_en_COMP" and items[0].ground_truth == "$\\frac{1}{2}$"
     monkeypatch.setenv("DARE_BENCH_DATA", str(tmp_path))
     assert len(get_task("mmlu").load()) == 3

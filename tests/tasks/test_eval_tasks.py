@@ -40,6 +40,8 @@ def mmlu_parquet(tmp_path):
 
 
 def load(name, tmp_path, monkeypatch):
+    if name == "olympiadbench" and not latex_parser_available():  # its load insists on the judge's parser
+        return get_task(name).rows_to_items(read_rows(TASK_SAMPLES / RAW[name]), "test", RAW[name])
     if name == "mmlu":
         monkeypatch.setenv("DARE_BENCH_DATA", str(mmlu_parquet(tmp_path).parents[2]))
         return get_task(name).load()
@@ -132,7 +134,7 @@ def test_aime_prompt_adds_opencompass_instruction(monkeypatch):
 
 
 def test_olympiadbench_prompt_follows_the_prompter():
-    items = get_task("olympiadbench").load(source=TASK_SAMPLES / RAW["olympiadbench"])
+    items = get_task("olympiadbench").rows_to_items(read_rows(TASK_SAMPLES / RAW["olympiadbench"]), "test", "sample")
     assert items[0].prompt_messages[0]["content"] == (
         "The following is an open-ended problem from an International Math competition. The answer of The problem "
         "should be a numerical value. Please calculate the answer according to the given requirements and the "
@@ -148,7 +150,10 @@ def test_olympiadbench_prompt_follows_the_prompter():
 
 # ---------------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("name", EVAL_TASKS)
-def test_absent_data_names_the_data_get_command(name):
+def test_absent_data_names_the_data_get_command(name, monkeypatch):
+    from dare_bench.tasks.graders import opencompass_olympiad
+
+    monkeypatch.setattr(opencompass_olympiad, "latex_parser_available", lambda: True)  # data is checked next
     hf = "" if name.startswith("aime") else " --hf"
     with pytest.raises(DataError, match=rf"^no data for '{name}' \(test\): get it with `dare-bench data get "
                                         rf"{name}{hf}`"):
@@ -234,8 +239,10 @@ def test_olympiadbench_without_the_latex_parser_is_one_config_error(monkeypatch)
     from dare_bench.errors import ConfigError
     from dare_bench.tasks.graders import opencompass_olympiad as olympiad
 
+    message = r"^the olympiadbench grader needs sympy's LaTeX parser.*pip install antlr4-python3-runtime==4.11.0$"
     monkeypatch.setattr(olympiad, "latex_parser_available", lambda: False)
-    item = get_task("olympiadbench").load(source=TASK_SAMPLES / RAW["olympiadbench"])[0]
-    with pytest.raises(ConfigError, match=r"^the olympiadbench grader needs sympy's LaTeX parser.*"
-                                          r"pip install antlr4-python3-runtime==4.11.0$"):
+    with pytest.raises(ConfigError, match=message):  # at load, before anything is generated
+        get_task("olympiadbench").load(source=TASK_SAMPLES / RAW["olympiadbench"])
+    item = get_task("olympiadbench").rows_to_items(read_rows(TASK_SAMPLES / RAW["olympiadbench"]), "test", "s")[0]
+    with pytest.raises(ConfigError, match=message):
         get_task("olympiadbench").grade("\\boxed{1}", item)
