@@ -11,3 +11,6 @@ LOSSES = FIXTURES / "losses"
 DARE_DATA = FIXTURES / "data" / "dare"
 CHECKPOINTS = FIXTURES / "data" / "checkpoints"
 RESEARCH_NOTES = FIXTURES / "docs" / "algorithms.md"
+OPENCOMPASS_TASK_VERDICTS = FIXTURES / "graders" / "opencompass_tasks" / "verdicts.jsonl"
+TASK_SAMPLES = FIXTURES / "data"  # <task>/ small samples in each source's real schema (see its README.md)
+OPENCOMPASS_TASK_PROMPTS = FIXTURES / "graders" / "opencompass_tasks" / "prompts.jsonl"

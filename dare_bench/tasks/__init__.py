@@ -3,7 +3,11 @@
 Registered tasks: ``sudoku`` (4x4), ``countdown`` (3 numbers), ``gsm8k``, ``math500``, ``math`` (the MATH test set,
 5000, evaluation only), ``humaneval``, ``mbpp``, and
 the procedural CPU-scale ``arith`` (GSM8K-style multi-step arithmetic, graded by gsm8k's graders) and ``pyfunc`` (a
-small Python function from a docstring, graded through the sandbox).
+small Python function from a docstring, graded through the sandbox). Evaluation-only benchmarks DARE scores only
+through OpenCompass, each with the prompt and verdict of the dataset config DARE imports (``graders/
+opencompass_choice.py``, ``opencompass_olympiad.py``, AIME on ``opencompass_protocols.py``): multiple choice ``mmlu``
+(5-shot), ``mmlupro``, ``hellaswag``, ``arcc`` (ARC-Challenge dev), ``gpqa`` (diamond), and competition math
+``aime2024``, ``aime2025``, ``olympiadbench``; their one rule is both the ``dare`` and the ``opencompass`` grader.
 
 Real data: ``dare-bench data get <task>... [--from PATH | --hf] [--out DIR]`` writes DARE's verl parquet files (pinned
 in ``data_manifest.yaml``) to ``$DARE_BENCH_DATA/rl/<split>/``; ``dare-bench data list | verify`` (``tasks/data.py``).
@@ -66,6 +70,14 @@ _REGISTRY: dict[str, str] = {
     "mbpp": "dare_bench.tasks.mbpp:MBPPTask",
     "pyfunc": "dare_bench.tasks.pyfunc:PyFuncTask",
     "arith": "dare_bench.tasks.arith:ArithTask",
+    "mmlu": "dare_bench.tasks.mmlu:MMLUTask",
+    "mmlupro": "dare_bench.tasks.mmlupro:MMLUProTask",
+    "hellaswag": "dare_bench.tasks.hellaswag:HellaSwagTask",
+    "arcc": "dare_bench.tasks.arcc:ARCChallengeTask",
+    "gpqa": "dare_bench.tasks.gpqa:GPQATask",
+    "aime2024": "dare_bench.tasks.aime2024:AIME2024Task",
+    "aime2025": "dare_bench.tasks.aime2025:AIME2025Task",
+    "olympiadbench": "dare_bench.tasks.olympiadbench:OlympiadBenchTask",
 }
 _CACHE: dict[str, Task] = {}
 

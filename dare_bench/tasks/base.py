@@ -388,9 +388,18 @@ class Task:
         if split not in self.dare_files:
             raise DataError(f"task {self.name!r} has no standard {split!r} split; give a data source")
         raise DataError(
-            f"no data for {self.name!r} ({split}): set ${DATA_ENV} to a directory laid out like DARE's data "
-            f"(rl/{split}/{self.dare_files[split]}) or pass source=<file> / 'hf:{self.hf_hint}@<revision>'"
+            f"no data for {self.name!r} ({split}): get it with `{self.data_get_command()}` (it writes "
+            f"${DATA_ENV}/rl/{split}/{self.dare_files[split]}), or pass source=<file>"
+            + (f" / 'hf:{self.hf_hint}@<revision>'" if self.hf_hint else "")
         )
+
+    def data_get_command(self) -> str:
+        """The `dare-bench data get` that writes this task's standard files (`--hf` when DARE has no file)."""
+        from dare_bench.tasks import data
+
+        files = [f for f in data.load_manifest().files if self.name in f.tasks and not f.name.endswith("-K8")]
+        hf = bool(files) and all(not f.from_dare for f in files)
+        return f"dare-bench data get {self.name}" + (" --hf" if hf else "")
 
     def _load_file(self, path: Path, split: str) -> TaskDataset:
         rows = read_rows(path)
@@ -413,9 +422,17 @@ class Task:
         fp = hashlib.sha256(canonical_json(rows)).hexdigest()
         return TaskDataset(self.name, split, items, source=source, fingerprint=fp)
 
+    #: a converter of `tasks.data.TABLE_CONVERTERS` that turns a whole table of the task's raw public rows into verl
+    #: rows (the benchmarks DARE evaluates through OpenCompass): a raw file then loads as `data get --hf` writes it
+    raw_converter: str = ""
+
     def rows_to_items(self, rows: list[dict[str, Any]], split: str, where: str) -> list[Item]:
         if not rows:
             raise DataError(f"{where}: no rows")
+        if self.raw_converter and not ("prompt" in rows[0] and "reward_model" in rows[0]):
+            from dare_bench.tasks import data
+
+            rows = data.convert_table(self.raw_converter, rows, split, self.name, where)
         items = []
         for i, row in enumerate(rows):
             try:

@@ -73,6 +73,13 @@ class DataFile:
     converter: dict[str, Any] | None = None
     hf: dict[str, Any] | None = None
     problems_from: str | None = None
+    #: "dare" (a file of DARE's repository) or "opencompass" (a benchmark DARE evaluates through OpenCompass: no DARE
+    #: file, only dare-bench's conversion of the public data, checked by its row count where that is known)
+    origin: str = "dare"
+
+    @property
+    def from_dare(self) -> bool:
+        return self.origin == "dare"
 
     @property
     def split(self) -> str:
@@ -93,10 +100,10 @@ class DataFile:
         return bool(self.sha256 or self.git_blob)
 
     def sources(self) -> list[str]:
-        out = ["dare"]
+        out = ["dare"] if self.from_dare else []
         if self.hf:
-            out.append(f"hf:{self.hf['id']}" + (f":{self.hf['config']}" if self.hf.get("config") else "")
-                       + f" ({self.hf['split']})")
+            configs = self.hf.get("configs") or ([self.hf["config"]] if self.hf.get("config") else [])
+            out.append(f"hf:{self.hf['id']}" + (f":{'+'.join(configs)}" if configs else "") + f" ({self.hf['split']})")
         if self.converter:
             out.append("raw file")
         return out
@@ -129,7 +136,8 @@ def load_manifest(path: str | None = None) -> Manifest:
     files = tuple(
         DataFile(path=e["path"], tasks=tuple(e.get("tasks") or ()), rows=e.get("rows"), sha256=e.get("sha256"),
                  rows_sha256=e.get("rows_sha256"), git_blob=e.get("git_blob"), license=e.get("license", "unknown"),
-                 converter=e.get("converter"), hf=e.get("hf"), problems_from=e.get("problems_from"))
+                 converter=e.get("converter"), hf=e.get("hf"), problems_from=e.get("problems_from"),
+                 origin=e.get("origin", "dare"))
         for e in raw["files"]
     )
     return Manifest(dare=dict(raw["dare"]), procedural=tuple(raw.get("procedural") or ()), files=files)
@@ -247,7 +255,14 @@ def check_bytes(f: DataFile, data: bytes, where: str) -> dict[str, Any]:
 
 
 def check_rows(f: DataFile, data: bytes, where: str) -> dict[str, Any]:
-    """A conversion: the written file's rows must be exactly DARE's (rows_sha256)."""
+    """A conversion: the written file's rows must be exactly DARE's (rows_sha256); for a benchmark DARE evaluates
+    through OpenCompass (no DARE file, no rows pin) the row count, where the manifest knows it."""
+    if not f.from_dare and not f.rows_sha256:
+        rows = parquet_rows(data, where)
+        if f.rows is not None and len(rows) != f.rows:
+            raise DataError(f"{f.path}: {len(rows)} rows from {where}, the benchmark has {f.rows}; nothing written")
+        return {"sha256": sha256_bytes(data), "git_blob": git_blob_id(data), "rows": len(rows),
+                "rows_sha256": rows_sha256(rows), "checked_by": "rows" if f.rows is not None else "unchecked"}
     if not f.rows_sha256:
         raise DataError(f"{f.path}: no rows pin is known, so a conversion cannot be checked; refusing to write it")
     rows = parquet_rows(data, where)
@@ -333,13 +348,227 @@ CONVERTERS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-def convert_rows(f: DataFile, raw_rows: Sequence[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+# ---------------------------------------------------------------------------------------------------- OpenCompass sets
+# The benchmarks DARE evaluates through OpenCompass have no DARE file: these converters write verl rows whose prompt
+# is the chat OpenCompass's dataset config builds (the task files say which config), ground truth = the gold letter
+# and extra_info.options = the (letter, text) pairs shown. They take the whole table: an MMLU question needs its
+# subject's dev questions, GPQA shuffles row after row from one seed, ARC drops rows.
+def _choice_row(data_source: str, prompt: str | list[dict[str, str]], gold: str, options: list[tuple[str, str]],
+                split: str, index: int, where: str, **extra: Any) -> dict[str, Any]:
+    if not options or not all(str(text).strip() for _, text in options):
+        raise DataError(f"{where}: a multiple-choice row with no options (or an empty one)")
+    if gold not in [letter for letter, _ in options]:
+        raise DataError(f"{where}: gold {gold!r} is not one of the options {''.join(x for x, _ in options)}")
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    row = _verl(data_source, messages, gold, split, index, "choice")
+    row["extra_info"].update(options=[[letter, str(text)] for letter, text in options], **extra)
+    return row
+
+
+def _letter(answer: Any, n: int, where: str) -> str:
+    """A gold given as a 0-based position or as a letter."""
+    if isinstance(answer, str) and len(answer) == 1 and answer.isalpha():
+        return answer.upper()
+    try:
+        pos = int(answer)
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: cannot read the gold answer {answer!r}") from None
+    if not 0 <= pos < n:
+        raise DataError(f"{where}: gold position {pos} outside the {n} options")
+    return "ABCDEFGHIJKLMNOP"[pos]
+
+
+def _choices(row: dict[str, Any], where: str) -> list[str]:
+    choices = row.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise DataError(f"{where}: a multiple-choice row with no options ('choices' is {choices!r})")
+    return [str(c) for c in choices]
+
+
+def _mmlu(rows, split, data_source, where, fewshot_rows=None):
+    from dare_bench.tasks import get_task
+
+    if fewshot_rows is None:
+        raise DataError(f"{where}: MMLU's 5-shot prompt needs the dev split's rows (fewshot_rows); run "
+                        "`dare-bench data get mmlu --hf`")
+    shots: dict[str, list] = {}
+    for j, r in enumerate(fewshot_rows):  # FixKRetriever(fix_id_list=[0..4]) over the subject's dev split
+        choices = _choices(r, f"{where} (dev row {j})")
+        shots.setdefault(str(r["subject"]), []).append((str(r["question"]), choices,
+                                                        _letter(r["answer"], len(choices), f"dev row {j}")))
+    task = get_task("mmlu")
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        subject = str(_column(r, ("subject",), "mmlu", at))
+        choices = _choices(r, at)
+        if len(choices) != 4:
+            raise DataError(f"{at}: MMLU rows have four choices, got {len(choices)}")
+        if len(shots.get(subject, [])) < 5:
+            raise DataError(f"{at}: subject {subject!r} has {len(shots.get(subject, []))} dev questions, needs 5")
+        gold = _letter(_column(r, ("answer",), "mmlu", at), 4, at)
+        messages = task.make_messages(subject, str(_column(r, ("question",), "mmlu", at)), choices,
+                                      shots[subject][:5])
+        out.append(_choice_row(data_source, messages, gold, list(zip("ABCD", choices)), split, i, at,
+                               subject=subject))
+    return out
+
+
+def _mmlupro(rows, split, data_source, where, fewshot_rows=None):
+    from dare_bench.tasks import get_task
+    from dare_bench.tasks.mmlupro import options_str
+
+    task = get_task("mmlupro")
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        options = _column(r, ("options",), "mmlupro", at)
+        if not isinstance(options, list) or not options:
+            raise DataError(f"{at}: a multiple-choice row with no options ('options' is {options!r})")
+        text, shown = options_str(options)
+        gold = _letter(_column(r, ("answer",), "mmlupro", at), len(options), at)
+        out.append(_choice_row(data_source, task.make_prompt(str(_column(r, ("question",), "mmlupro", at)), text),
+                               gold, shown, split, i, at, category=str(r.get("category", "")),
+                               question_id=r.get("question_id")))
+    return out
+
+
+def _hellaswag_text(text: str) -> str:
+    # lm-evaluation-harness hellaswag `preprocess`, which OpenCompass's hellaswag.jsonl carries
+    import re
+
+    text = text.strip().replace(" [title]", ". ")
+    return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
+
+
+def _hellaswag(rows, split, data_source, where, fewshot_rows=None):
+    from dare_bench.tasks import get_task
+
+    task = get_task("hellaswag")
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        if "query" in r:  # OpenCompass's jsonl: query, choices, gold
+            query, endings, gold = str(r["query"]), [str(c) for c in r.get("choices") or []], r.get("gold")
+        else:  # Rowan/hellaswag
+            ctx = str(_column(r, ("ctx_a",), "hellaswag", at)) + " " + str(r.get("ctx_b", "")).capitalize()
+            query = _hellaswag_text(str(_column(r, ("activity_label",), "hellaswag", at)) + ": " + ctx)
+            endings = [_hellaswag_text(str(e)) for e in r.get("endings") or []]
+            gold = _column(r, ("label",), "hellaswag", at)
+        if len(endings) != 4:
+            raise DataError(f"{at}: a multiple-choice row with no options (HellaSwag needs four endings, got "
+                            f"{len(endings)})")
+        ctx_shown = query.split(": ", 1)[-1]  # HellaswagDataset_V2
+        out.append(_choice_row(data_source, task.make_prompt(ctx_shown, endings), _letter(gold, 4, at),
+                               list(zip("ABCD", endings)), split, i, at))
+    return out
+
+
+def _arcc(rows, split, data_source, where, fewshot_rows=None):
+    from dare_bench.tasks import get_task
+
+    task = get_task("arcc")
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        question = _column(r, ("question",), "arcc", at)
+        if isinstance(question, dict):  # the ARC jsonl: question {stem, choices: [{label, text}]}
+            stem, choices = str(question.get("stem", "")), question.get("choices") or []
+            labels, texts = [str(c["label"]) for c in choices], [str(c["text"]) for c in choices]
+        else:  # allenai/ai2_arc: question, choices {text, label}
+            choices = r.get("choices") or {}
+            stem, labels, texts = str(question), [str(x) for x in choices.get("label") or []], \
+                [str(x) for x in choices.get("text") or []]
+        if not texts:
+            raise DataError(f"{at}: a multiple-choice row with no options")
+        if len(texts) != 4:  # ARCDataset skips them
+            continue
+        key = str(_column(r, ("answerKey",), "arcc", at))
+        if key not in labels:
+            raise DataError(f"{at}: answerKey {key!r} is not one of the labels {labels}")
+        gold = "ABCD"[labels.index(key)]
+        out.append(_choice_row(data_source, task.make_prompt(stem, texts), gold, list(zip("ABCD", texts)), split,
+                               len(out), at, source_index=i, id=r.get("id")))
+    if not out:
+        raise DataError(f"{where}: no ARC question with four choices")
+    return out
+
+
+def _gpqa(rows, split, data_source, where, fewshot_rows=None):
+    import random
+
+    from dare_bench.tasks import get_task
+
+    task = get_task("gpqa")
+    rng = random.Random(0)  # GPQADataset_: random.seed(0), then one shuffle per row in file order
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        names = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+        texts = [r.get(n) for n in names]
+        if any(t is None for t in texts):
+            raise DataError(f"{at}: a multiple-choice row with no options (needs {', '.join(names)})")
+        texts = [str(t) for t in texts]
+        correct = texts[0]
+        rng.shuffle(texts)
+        gold = "ABCD"[texts.index(correct)]
+        out.append(_choice_row(data_source, task.make_prompt(str(_column(r, ("Question",), "gpqa", at)), texts),
+                               gold, list(zip("ABCD", texts)), split, i, at, record_id=r.get("Record ID")))
+    return out
+
+
+def _olympiadbench(rows, split, data_source, where, fewshot_rows=None):
+    from dare_bench.tasks.olympiadbench import make_prompt
+
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        final = _column(r, ("final_answer",), "olympiadbench", at)
+        if not isinstance(final, list) or not final or final[0] is None:
+            raise DataError(f"{at}: an OlympiadBench row needs final_answer (a non-empty list)")
+        fields = {k: r.get(k) for k in ("language", "subject", "question_type", "answer_type", "unit")}
+        multiple = bool(r.get("is_multiple_answer"))
+        try:
+            prompt = make_prompt(str(_column(r, ("question",), "olympiadbench", at)), str(fields["language"]),
+                                 str(fields["subject"]), str(fields["question_type"]),
+                                 str(fields["answer_type"] or ""), multiple, fields["unit"])
+        except ValueError as e:
+            raise DataError(f"{at}: {e}") from e
+        row = _verl(data_source, [{"role": "user", "content": prompt}], str(final[0]), split, i, "math")
+        row["extra_info"].update(category=r.get("hf_config"), id=r.get("id"), is_multiple_answer=multiple,
+                                 **{k: (None if v is None else str(v)) for k, v in fields.items()})
+        out.append(row)
+    return out
+
+
+#: converters over a whole table: (rows, split, data_source, where, fewshot_rows) -> verl rows
+TABLE_CONVERTERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "mmlu": _mmlu, "mmlupro": _mmlupro, "hellaswag": _hellaswag, "arcc": _arcc, "gpqa": _gpqa,
+    "olympiadbench": _olympiadbench,
+}
+
+
+def convert_table(name: str, raw_rows: Sequence[dict[str, Any]], split: str, data_source: str, where: str,
+                  fewshot_rows: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Raw rows of an OpenCompass-evaluated benchmark -> verl rows (what `data get <task> --hf` writes and what the
+    task loads from a raw file)."""
+    if not raw_rows:
+        raise DataError(f"{where}: no rows")
+    fewshot = [plain(dict(r)) for r in fewshot_rows] if fewshot_rows is not None else None
+    return TABLE_CONVERTERS[name]([plain(dict(r)) for r in raw_rows], split, data_source, where, fewshot)
+
+
+def convert_rows(f: DataFile, raw_rows: Sequence[dict[str, Any]], where: str,
+                 fewshot_rows: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Raw rows of the task's public data -> DARE's verl rows for file `f` (index = the row's position)."""
     if not f.converter:
         raise DataError(f"{f.path} comes from DARE's repository only (no converter from raw rows): run "
                         f"`dare-bench data get {f.name}` (GitHub) or `--from <DARE checkout>`")
     if not raw_rows:
         raise DataError(f"{where}: no rows")
+    if f.converter["name"] in TABLE_CONVERTERS:
+        return convert_table(f.converter["name"], raw_rows, f.split, f.converter["data_source"], where,
+                             fewshot_rows)
     fn = CONVERTERS[f.converter["name"]]
     return [fn(plain(dict(r)), i, f.split, f.converter["data_source"], f"{where}: row {i}")
             for i, r in enumerate(raw_rows)]
@@ -377,6 +606,10 @@ def _from_dare_dir(f: DataFile, root: Path) -> Prepared:
 
 def _from_file(f: DataFile, path: Path) -> Prepared:
     rows = read_rows(path)
+    if rows and "prompt" in rows[0] and "reward_model" in rows[0] and not f.from_dare:  # a written conversion
+        data = rows_to_parquet(rows) if path.suffix.lower() != ".parquet" else path.read_bytes()
+        info = check_rows(f, data, str(path))
+        return Prepared(f, data, {"kind": "local-verl", "path": str(path.resolve())}, info)
     if rows and "prompt" in rows[0] and "reward_model" in rows[0]:  # a verl file: a DARE copy
         if path.suffix.lower() != ".parquet":
             raise DataError(f"{path}: a verl-format copy of DARE's file must be DARE's .parquet itself")
@@ -423,15 +656,28 @@ def _from_github(f: DataFile, progress: bool) -> Prepared:
 def _from_hf(f: DataFile, revision: str | None) -> Prepared:
     hf = f.hf or {}
     rev = revision or hf.get("revision") or "main"
-    where = f"hf:{hf['id']}" + (f":{hf['config']}" if hf.get("config") else "") + f"@{rev} ({hf['split']})"
+    configs = hf.get("configs") or [hf.get("config")]
+    where = f"hf:{hf['id']}" + (f":{'+'.join(configs)}" if configs != [None] else "") + f"@{rev} ({hf['split']})"
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - a core dependency
         raise DataError("the 'datasets' package is needed for --hf") from e
-    try:
-        ds = datasets.load_dataset(hf["id"], hf.get("config"), split=hf["split"], revision=rev)
-    except Exception as e:
-        raise DataError(f"cannot load {where}: {type(e).__name__}: {e}") from e
+
+    def load(config: str | None, split: str) -> list[dict[str, Any]]:
+        try:
+            rows = [dict(r) for r in datasets.load_dataset(hf["id"], config, split=split, revision=rev)]
+        except Exception as e:
+            gated = (f" ({hf['id']} is gated: accept its terms at https://huggingface.co/datasets/{hf['id']} and "
+                     "log in with `huggingface-cli login`)") if hf.get("gated") else ""
+            raise DataError(f"cannot load {where}: {type(e).__name__}: {e}{gated}") from e
+        if hf.get("configs"):  # several configs into one file: each row says which it came from
+            for r in rows:
+                r["hf_config"] = config
+        return rows
+
+    raw = [r for config in configs for r in load(config, hf["split"])]
+    fewshot = [r for config in configs for r in load(config, hf["fewshot_split"])] if hf.get("fewshot_split") \
+        else None
     commit = None
     try:
         from huggingface_hub import HfApi
@@ -439,10 +685,12 @@ def _from_hf(f: DataFile, revision: str | None) -> Prepared:
         commit = HfApi().dataset_info(hf["id"], revision=rev).sha
     except Exception:  # the data loaded; the exact commit is a nicety of the provenance record
         pass
-    verl = convert_rows(f, [dict(r) for r in ds], where)
+    verl = convert_rows(f, raw, where, fewshot_rows=fewshot)
     data = rows_to_parquet(verl)
     info = check_rows(f, data, f"the conversion of {where}")
-    return Prepared(f, data, {"kind": "hf", "id": hf["id"], "config": hf.get("config"), "split": hf["split"],
+    return Prepared(f, data, {"kind": "hf", "id": hf["id"], "config": hf.get("config"),
+                              "configs": hf.get("configs"), "fewshot_split": hf.get("fewshot_split"),
+                              "split": hf["split"],
                               "revision": rev, "commit": commit, "converter": f.converter["name"],
                               "converter_version": CONVERTER_VERSION}, info)
 
@@ -452,7 +700,8 @@ def _plan_source(f: DataFile, from_path: Path | None, hf: bool, revision: str | 
     m = load_manifest()
     if hf:
         h = f.hf or {}
-        return f"hf:{h['id']}" + (f":{h['config']}" if h.get("config") else "") + \
+        configs = h.get("configs") or ([h["config"]] if h.get("config") else [])
+        return f"hf:{h['id']}" + (f":{'+'.join(configs)}" if configs else "") + \
             f"@{revision or h.get('revision') or 'main'} ({h['split']}) via converter {f.converter['name']}"
     if from_path is None:
         return m.dare_url(f)
@@ -476,6 +725,12 @@ def _check_request(files: list[DataFile], from_path: Path | None, hf: bool) -> N
         raise DataError(f"--from {from_path}: a file fills exactly one data file; name one of "
                         f"{', '.join(f.path for f in files)}")
     if from_path is None and not hf:
+        not_dare = [f for f in files if not f.from_dare]
+        if not_dare:
+            names = " ".join(sorted({t for f in not_dare for t in f.tasks}))
+            raise DataError(f"{', '.join(f.path for f in not_dare)}: not in DARE's repository (DARE evaluates these "
+                            f"benchmarks through OpenCompass): convert the public data with "
+                            f"`dare-bench data get {names} --hf`")
         unpinned = [f.path for f in files if not f.pinned]
         if unpinned:
             raise DataError(f"no pin is known for {', '.join(unpinned)}; refusing to download unchecked data")
@@ -499,7 +754,9 @@ def present_status(f: DataFile, root: Path) -> dict[str, Any]:
         return {**out, "status": "unreadable", "error": str(e)}
     if f.rows_sha256 and rows_sha256(rows) == f.rows_sha256:
         return {**out, "status": "ok-rows"}
-    expected = f.sha256 or f"git blob {f.git_blob}"
+    if not f.from_dare and not f.rows_sha256 and (f.rows is None or len(rows) == f.rows):
+        return {**out, "status": "ok-rows"}  # dare-bench's own conversion: only its row count is pinned
+    expected = f.sha256 or (f"git blob {f.git_blob}" if f.git_blob else f"{f.rows} rows")
     return {**out, "status": "mismatch", "expected": expected, "rows": len(rows)}
 
 
@@ -510,11 +767,18 @@ def get(names: Sequence[str], *, from_path: str | os.PathLike | None = None, hf:
     file checks out. Returns {"root", "dry_run", "procedural", "files": [{file, action, source, ...}]}."""
     files, procedural = select(names)
     src = Path(from_path).expanduser() if from_path is not None else None
+    skipped: list[DataFile] = []
+    if "all" in names and not hf:  # `all` from DARE: the OpenCompass benchmarks' conversions need --hf
+        skipped = [f for f in files if not f.from_dare]
+        files = [f for f in files if f.from_dare]
     if files:
         _check_request(files, src, hf)
     root = data_root(out) if files else (Path(out).expanduser() if out else None)
     report: dict[str, Any] = {"root": str(root) if root else None, "dry_run": dry_run, "procedural": procedural,
-                              "files": []}
+                              "files": [{"file": f.path, "path": str(root / f.path) if root else f.path,
+                                         "action": "skipped",
+                                         "source": f"not in DARE's repository: dare-bench data get {f.name} --hf"}
+                                        for f in skipped]}
     todo: list[DataFile] = []
     for f in files:
         state = present_status(f, root)
@@ -576,7 +840,7 @@ def listing(root: Path | None) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "file": f.path, "name": f.name, "tasks": list(f.tasks), "split": f.split, "rows": f.rows,
             "sha256": f.sha256, "rows_sha256": f.rows_sha256, "git_blob": f.git_blob, "license": f.license,
-            "sources": f.sources(), "dare": f"{m.dare_ref}:{m.dare_path(f)}",
+            "sources": f.sources(), "dare": f"{m.dare_ref}:{m.dare_path(f)}" if f.from_dare else None,
             "hf": f.hf, "converter": (f.converter or {}).get("name"),
         }
         if root is not None:

@@ -10,6 +10,7 @@ DARE's files only (no converter), so they are tested as copies.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -104,6 +105,10 @@ def test_manifest_pins_are_those_of_dares_files():
         if f.name.endswith("-K8"):
             assert f.sha256 is None and f.rows is None and len(f.git_blob) == 40 and f.tasks == ("humaneval", "mbpp")
             continue
+        if not f.from_dare:  # a benchmark DARE evaluates through OpenCompass: only dare-bench's conversion exists
+            assert f.origin == "opencompass" and not (f.sha256 or f.git_blob or f.rows_sha256)
+            assert f.converter["name"] in data.TABLE_CONVERTERS and f.hf["id"] and f.tasks == (f.name,)
+            continue
         assert f.sha256 and f.rows_sha256 and f.git_blob and f.license
         if not path.is_file():
             continue  # countdown-n20000_1.parquet is left out of the fixture copy
@@ -112,9 +117,10 @@ def test_manifest_pins_are_those_of_dares_files():
         rows = read_rows(path)
         assert len(rows) == f.rows and data.rows_sha256(rows) == f.rows_sha256
         checked += 1
-    assert checked >= 9
+    assert checked >= 11
     # every task's standard files are in the manifest; the procedural tasks need none
-    for name in ("sudoku", "countdown", "gsm8k", "math500", "humaneval", "mbpp"):
+    for name in ("sudoku", "countdown", "gsm8k", "math500", "humaneval", "mbpp", "mmlu", "mmlupro", "hellaswag",
+                 "arcc", "gpqa", "aime2024", "aime2025", "olympiadbench"):
         for fname in get_task(name).dare_files.values():
             assert any(f.filename == fname for f in m.files), (name, fname)
     assert set(m.procedural) == {"arith", "pyfunc"}
@@ -348,7 +354,9 @@ def test_dry_run_writes_nothing(tmp_path, monkeypatch):
     out = tmp_path / "data"
     report = data.get(["all", "arith"], out=out, dry_run=True)
     assert report["dry_run"] and report["procedural"] == ["arith"]
-    assert {e["action"] for e in report["files"]} == {"would write"}
+    assert {e["action"] for e in report["files"]} == {"would write", "skipped"}
+    assert [e["file"] for e in report["files"] if e["action"] == "skipped"] == [
+        f.path for f in data.load_manifest().files if not f.from_dare]
     assert any("raw.githubusercontent.com/yjyddq/DARE/83ae8a3" in e["source"] for e in report["files"])
     assert not out.exists()
     res = CliRunner().invoke(_app(), ["data", "get", "gsm8k", "--from", str(DARE_DATA), "--out", str(out),
@@ -402,3 +410,55 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     payload = json.loads(res.stdout.strip().splitlines()[-1])
     assert payload["error_type"] == "DataError" and "did you mean 'sudoku'" in payload["error"]
     assert not (tmp_path / "data").exists()
+
+
+# ------------------------------------------------------------------------------------------- OpenCompass benchmarks
+def test_opencompass_benchmarks_convert_from_the_hub_rows(tmp_path, monkeypatch):
+    """`data get mmlu olympiadbench gpqa --hf` through a stubbed `datasets.load_dataset`: MMLU's dev split goes to
+    the converter, OlympiadBench's configs land in one file, a count pin refuses a short split, gated ids say so."""
+    import datasets
+
+    from testpaths import TASK_SAMPLES
+
+    samples = {("cais/mmlu", "all", "test"): "mmlu/test.jsonl", ("cais/mmlu", "all", "dev"): "mmlu/dev.jsonl",
+               ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"): "olympiadbench/test.jsonl"}
+    calls = []
+
+    def fake_load(id_, config, split, revision):
+        calls.append((id_, config, split))
+        if id_ == "Idavidrein/gpqa":
+            raise ConnectionError("401 Client Error: this dataset is gated")
+        return read_rows(TASK_SAMPLES / samples[(id_, config, split)]) if (id_, config, split) in samples else []
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    import huggingface_hub
+
+    def offline(self, id_, revision):
+        raise ConnectionError("offline")  # the provenance record's Hub commit is optional
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", offline)
+    with pytest.raises(DataError, match=r"rl/test/mmlu.parquet: 3 rows from .*the benchmark has 14042; nothing"):
+        data.get(["mmlu"], hf=True, out=tmp_path)
+    assert calls == [("cais/mmlu", "all", "test"), ("cais/mmlu", "all", "dev")]
+    mmlu = data.select(["mmlu"])[0][0]
+    real = data.load_manifest()  # the sample's 3 questions stand for the pinned 14042
+    small = dataclasses.replace(real, files=tuple(dataclasses.replace(f, rows=3) if f == mmlu else f
+                                                  for f in real.files))
+    monkeypatch.setattr(data, "load_manifest", lambda path=None: small)
+    mmlu = dataclasses.replace(mmlu, rows=3)
+    report = data.get(["mmlu", "olympiadbench"], hf=True, out=tmp_path)
+    assert [(e["file"], e["rows"], e["checked_by"]) for e in report["files"]] == [
+        ("rl/test/mmlu.parquet", 3, "rows"), ("rl/test/olympiadbench.parquet", 5, "unchecked")]
+    prov = json.loads((tmp_path / "rl/test/olympiadbench.parquet.source.json").read_text())
+    assert prov["source"]["configs"][0] == "OE_TO_maths_en_COMP" and len(prov["rows_sha256"]) == 64
+    items = get_task("olympiadbench").rows_to_items(read_rows(tmp_path / "rl/test/olympiadbench.parquet"), "test",
+                                                    "the written file")  # (its load also needs the judge's parser)
+    assert items[0].extra["category"] == "OE_TO_maths_en_COMP" and items[0].ground_truth == "$\\frac{1}{2}$"
+    monkeypatch.setenv("DARE_BENCH_DATA", str(tmp_path))
+    assert len(get_task("mmlu").load()) == 3
+    assert data.present_status(mmlu, tmp_path)["status"] == "ok-rows"
+    with pytest.raises(DataError, match=r"Idavidrein/gpqa is gated: accept its terms at https://huggingface.co/"):
+        data.get(["gpqa"], hf=True, out=tmp_path)
+    # without --hf: these have no DARE file
+    with pytest.raises(DataError, match=r"not in DARE's repository .*`dare-bench data get mmlu --hf`"):
+        data.get(["mmlu"], out=tmp_path / "other")

@@ -12,7 +12,8 @@ from dare_bench.tasks.generators import count_sudoku_solutions, generate_countdo
 
 from testpaths import DARE_DATA
 
-ALL = ["arith", "countdown", "gsm8k", "humaneval", "math", "math500", "mbpp", "pyfunc", "sudoku"]
+ALL = ["aime2024", "aime2025", "arcc", "arith", "countdown", "gpqa", "gsm8k", "hellaswag", "humaneval", "math",
+       "math500", "mbpp", "mmlu", "mmlupro", "olympiadbench", "pyfunc", "sudoku"]
 
 
 def need_dare(split="test"):

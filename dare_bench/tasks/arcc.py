@@ -1,0 +1,37 @@
+"""ARC-Challenge: DARE's generation evaluation, on the ARC-Challenge *dev* (validation) split.
+
+Follows OpenCompass ``configs/datasets/ARC_c/ARC_c_gen.py`` -> ``ARC_c_gen_1e0de5.py`` (every DARE example config):
+"Question: <stem>\\nA. ...\\nD. ...\\nAnswer:"; verdict: ``first_option_postprocess`` (ABCD) + AccEvaluator. Its dataset
+``opencompass/ai2_arc-dev`` is ``ARC-Challenge-Dev.jsonl``: the 299-question validation split, not the 1172-question
+test split; ``ARCDataset`` drops the questions without exactly four choices and maps the answer key ("1".."4" or
+"A".."D") to its position's letter.
+
+Data: ``dare-bench data get arcc --hf`` (allenai/ai2_arc ARC-Challenge validation) -> ``rl/test/arcc.parquet``; raw
+rows (Hugging Face: question, choices {text, label}, answerKey; or the ARC jsonl: question {stem, choices}) load
+directly, and both drop the questions without four choices as ``ARCDataset`` does (``extra_info.source_index`` keeps
+the row's place in the file).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dare_bench.tasks.base import GraderFn
+from dare_bench.tasks.choice import ChoiceTask, letter_grader
+from dare_bench.tasks.graders import opencompass_choice as oc
+
+
+class ARCChallengeTask(ChoiceTask):
+    name = "arcc"
+    raw_converter = "arcc"
+    dare_files = {"test": "arcc.parquet"}
+    hf_hint = "allenai/ai2_arc:ARC-Challenge"
+
+    def build_graders(self) -> dict[str, GraderFn]:
+        grade = letter_grader(lambda text: oc.first_option(text, "ABCD"))
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
+
+    def make_prompt(self, question: str, choices: Sequence[str]) -> str:
+        lines = "\n".join(f"{letter}. {text}" for letter, text in zip("ABCD", choices))
+        return f"Question: {question}\n{lines}\nAnswer:"

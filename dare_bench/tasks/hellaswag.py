@@ -1,0 +1,38 @@
+"""HellaSwag (10042 validation contexts, 4 endings): DARE's generation evaluation.
+
+Follows OpenCompass ``configs/datasets/hellaswag/hellaswag_gen_6faab5.py`` (every DARE example config but SDAR-30B's):
+"<ctx>\\nQuestion: Which ending makes the most sense?\\nA. ...\\nD. ...\\nYou may choose from 'A', 'B', 'C', 'D'.\\n
+Answer:"; verdict: ``first_option_postprocess`` (ABCD) + AccEvaluator. ``HellaswagDataset_V2`` reads OpenCompass's
+hellaswag.jsonl (``query`` = "<activity label>: <context>", ``choices``, ``gold``) and shows the text after the
+first ": " of the query.
+
+Data: ``dare-bench data get hellaswag --hf`` (Rowan/hellaswag validation) -> ``rl/test/hellaswag.parquet``. The
+converter rebuilds the query and endings with the lm-evaluation-harness preprocessing that file carries
+(activity_label + ": " + ctx_a + " " + ctx_b capitalised; " [title]" -> ". ", other [bracketed] tags dropped, double
+spaces collapsed); OpenCompass's own jsonl could not be compared offline. Raw rows of either layout load directly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dare_bench.tasks.base import GraderFn
+from dare_bench.tasks.choice import ChoiceTask, letter_grader
+from dare_bench.tasks.graders import opencompass_choice as oc
+
+
+class HellaSwagTask(ChoiceTask):
+    name = "hellaswag"
+    raw_converter = "hellaswag"
+    dare_files = {"test": "hellaswag.parquet"}
+    hf_hint = "Rowan/hellaswag"
+
+    def build_graders(self) -> dict[str, GraderFn]:
+        grade = letter_grader(lambda text: oc.first_option(text, "ABCD"))
+        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
+        return {"dare": grade, "opencompass": grade}
+
+    def make_prompt(self, ctx: str, endings: Sequence[str]) -> str:
+        lines = "".join(f"{letter}. {text}\n" for letter, text in zip("ABCD", endings))
+        return (f"{ctx}\nQuestion: Which ending makes the most sense?\n{lines}"
+                "You may choose from 'A', 'B', 'C', 'D'.\nAnswer:")
