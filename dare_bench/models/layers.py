@@ -2,13 +2,17 @@
 
 Numerics follow the official code: RMSNorm computes in float32, casts back to the input dtype and then multiplies
 by the weight; rotary angles are computed in float32. Attention backends: `sdpa` (default, CPU and GPU),
-`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention with a score_mod over the dense mask; GPU, and
-eagerly, slowly, on CPU); optional ones are imported lazily. `check_backend` is the one place that says whether a
-backend can run here (one-line errors naming what to install).
+`flash_attn` (varlen, GPU, extra `gpu`) and `flex` (FlexAttention: a `BlockMask` from `models/block.py` for the
+block-causal and BD3 patterns, which skips the masked tiles; a dense mask as a score_mod). Under `flex`, CUDA runs
+the compiled (fused, tile-sparse) kernel, forward and backward; the CPU runs torch's eager FlexAttention, forward only
+(torch 2.13 refuses its backward on CPU, and eager FlexAttention materialises the scores: a check of exactness, not
+a speed-up; `dare-bench bench flex` times the compiled CPU kernel). Optional ones are imported lazily.
+`check_backend` is the one place that says whether a backend can run here (one-line errors naming what to install).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -122,12 +126,15 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               backend: str = "sdpa", scale: float | None = None, dropout_p: float = 0.0) -> torch.Tensor:
     """q `[B, H, Lq, D]`, k/v `[B, H_kv, Lk, D]`; mask bool (True = attend) or additive float, broadcastable to
-    `[B, H, Lq, Lk]`. Rows that may attend to nothing return 0 (not NaN), as torch >= 2.5 SDPA does.
+    `[B, H, Lq, Lk]`, or (backend `flex` only) a FlexAttention BlockMask of `[B or 1, 1, Lq, Lk]`. Rows that may
+    attend to nothing return 0 (not NaN), as torch >= 2.5 SDPA does.
     `dropout_p` (attention-probability dropout, training only) is supported by the sdpa backend."""
     if dropout_p and backend != "sdpa":
         raise DareBenchError(f"attention dropout is only implemented for the sdpa backend, not {backend!r}")
-    if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+    if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)  # additive masks in the query dtype (SDPA needs it; 0 / -inf casts losslessly)
+    if mask is not None and not isinstance(mask, torch.Tensor) and backend != "flex":
+        raise DareBenchError(f"a FlexAttention BlockMask needs the 'flex' attention backend, not {backend!r}")
     if backend == "flash_attn":
         # flash-attn handles grouped KV heads itself: no repeat
         from dare_bench.models.flash import flash_attention
@@ -144,8 +151,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
                 return out.masked_fill(empty, 0.0)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     if backend == "flex":
-        from torch.nn.attention.flex_attention import flex_attention
-
+        if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                                    or v.requires_grad):
+            raise DareBenchError(f"attention backend 'flex' has no backward on CPU (torch {torch.__version__} "
+                                 f"refuses it); train on CPU with 'sdpa', or run 'flex' on a CUDA GPU")
+        flex_attention = _flex_kernel(q.device.type)
+        if not isinstance(mask, torch.Tensor):  # a BlockMask (models/block.py): tiles it skips are never computed
+            return flex_attention(q, k, v, block_mask=mask, scale=scale)
         if mask.dtype != torch.bool:
             bias = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
             return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[b, h, i, j], scale=scale)
@@ -153,6 +165,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(m[b, 0, i, j], s, -float("inf")),
                               scale=scale)
     raise DareBenchError(f"unknown attention backend {backend!r}")
+
+
+@functools.cache
+def _flex_kernel(device_type: str):
+    """FlexAttention for tensors on `device_type`: compiled on CUDA (the fused kernel that reads the BlockMask's
+    tiles), eager elsewhere (CPU: forward only; compiling costs ~45 s per shape there, more than a tiny forward)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
 
 
 def block_causal_mask(q_len: int, k_len: int, block_size: int, q_offset: int = 0, device=None) -> torch.Tensor:

@@ -105,7 +105,7 @@ class LLaDA2Attention(nn.Module):
         q, k = apply_rotary(q, k, cos, sin)
         if kv_cache is not None:
             k, v = kv_cache.attend(self.layer_idx, k, v, update_cache, replace_position)
-        if mask is not None and mask.dtype != torch.bool:
+        if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:  # not a flex BlockMask
             mask = mask.to(q.dtype)
         dropout = self.attention_dropout if self.training else 0.0
         out = attention(q, k, v, mask, backend=backend, scale=self.head_dim ** -0.5, dropout_p=dropout)
@@ -284,7 +284,7 @@ class LLaDA2MoeModelLM(DiffusionLM):
         position_ids, mask = resolve_attention(
             input_ids, block_size=self.traits.block_size, attention_mask=attention_mask, position_ids=position_ids,
             attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position, family="LLaDA2",
-            official_mask_forms=OFFICIAL_MASK_FORMS)
+            official_mask_forms=OFFICIAL_MASK_FORMS, backend=self.attn_backend)
         h = self.model.word_embeddings(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.rot_dim, float(_cfg(self.config, "rope_theta", 10000.0)),
                                   h.dtype)

@@ -91,7 +91,7 @@ class SDARAttention(nn.Module):
         if kv_cache is not None:
             # The cache keeps post-k_norm, post-RoPE keys, as the official DynamicCache does.
             k, v = kv_cache.attend(self.layer_idx, k, v, update_cache, replace_position)
-        if mask is not None and mask.dtype != torch.bool:
+        if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:  # not a flex BlockMask
             mask = mask.to(q.dtype)
         out = attention(q, k, v, mask, backend=backend, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(b, L, self.n_heads * self.head_dim))
@@ -247,7 +247,7 @@ class SDARForCausalLM(DiffusionLM):
         position_ids, mask = resolve_attention(
             input_ids, block_size=self.traits.block_size, attention_mask=attention_mask, position_ids=position_ids,
             attn_mask=attn_mask, kv_cache=kv_cache, replace_position=replace_position, family="SDAR",
-            official_mask_forms=OFFICIAL_MASK_FORMS)
+            official_mask_forms=OFFICIAL_MASK_FORMS, backend=self.attn_backend)
         h = self.model.embed_tokens(input_ids)
         cos, sin = rotary_cos_sin(position_ids, self.head_dim, float(self.config.get("rope_theta", 10000.0)), h.dtype)
         routers = {}
