@@ -73,7 +73,7 @@ def test_a_failing_benchmark_fails_the_suite_not_the_others(monkeypatch, tmp_pat
                       f"sqlite:///{tmp_path / 's.db'}", "--json")
     assert res.exit_code == 1
     assert [r["status"] for r in out["rows"]] == ["failed", "failed"]
-    assert "no data for 'gsm8k'" in out["rows"][0]["message"]
+    assert "dare-bench data get gsm8k" in out["rows"][0]["message"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -115,3 +115,56 @@ def test_the_opencompass_engine_is_for_released_checkpoints_only():
         reg.get("d1-llada-gsm8k").resolve("paper", ["eval.engine=opencompass"])
     with pytest.raises(ConfigError, match="only evaluation-only reproductions"):
         reg.get("baseline-llada-sudoku").resolve("tiny", ["eval.engine=opencompass"])
+
+
+# --------------------------------------------------------------------- every family, every benchmark (slow)
+
+SAMPLES = {"mmlupro": "mmlupro/test.jsonl", "hellaswag": "hellaswag/validation.jsonl",
+           "arcc": "arcc/validation.jsonl", "gpqa": "gpqa/gpqa_diamond.jsonl", "olympiadbench": "olympiadbench/test.jsonl",
+           "math": "opencompass/math.json"}
+
+
+def suite_data(root):
+    """A DARE-layout data directory holding small local samples of all twelve benchmarks: DARE's own test files
+    where DARE has one, else the hand-written samples converted as `dare-bench data get` converts the real data
+    (without its row-count pin, which is about the real data)."""
+    import shutil
+
+    from dare_bench.tasks import data
+    from dare_bench.tasks.base import read_rows
+
+    from testpaths import TASK_SAMPLES
+
+    for name in ("gsm8k_1", "math500_1", "humaneval_1", "mbpp_1", "aime2024", "aime2025"):
+        (root / "rl" / "test").mkdir(parents=True, exist_ok=True)
+        shutil.copy(DARE_DATA / "rl" / "test" / f"{name}.parquet", root / "rl" / "test" / f"{name}.parquet")
+    tables = {"mmlu": (read_rows(TASK_SAMPLES / "mmlu" / "test.jsonl"),
+                       dict(fewshot_rows=read_rows(TASK_SAMPLES / "mmlu" / "dev.jsonl")))}
+    for task, rel in SAMPLES.items():
+        path = TASK_SAMPLES / rel
+        rows = list(json.loads(path.read_text()).values()) if path.suffix == ".json" else read_rows(path)
+        tables[task] = (rows, {})
+    for task, (rows, kw) in tables.items():
+        f = next(x for x in data.select([task])[0] if x.path.startswith("rl/test/"))
+        out = root / f.path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data.rows_to_parquet(data.convert_rows(f, rows, "sample", **kw)))
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backbone", ["llada", "dream", "sdar", "sdar30b", "llada2", "llada2.1"])
+def test_every_benchmark_of_every_family_on_a_shrunk_checkpoint(backbone, tmp_path, monkeypatch):
+    """`eval-suite --shrunk` over small local samples of all twelve benchmarks fills the model's column of the
+    leaderboard's evaluation-reproduction page."""
+    from dare_bench.leaderboard import data as lb
+
+    monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
+    db = f"sqlite:///{tmp_path / 'suite.db'}"
+    res, out = _suite(backbone, "--shrunk", "--limit", "1", "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    rows = out["rows"]
+    assert len(rows) == 12 and all(r["status"] == "finished" for r in rows), [r for r in rows if r["message"]]
+    cells = lb.eval_reproduction(lb.open_reader(db), include_modified=True)
+    mine = cells[cells["backbone"] == backbone]
+    assert len(mine) == 12 and (mine["runs"] == 1).all() and mine["reported"].notna().all()
