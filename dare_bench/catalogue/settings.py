@@ -90,7 +90,9 @@ def algorithm_settings(train: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for train_name, plugin_name in SHARED_TRAIN_FIELDS.items():
         value = getattr(train, train_name)
-        if value is not None and not (train_name == "advantage" and value == PLUGIN_ADVANTAGE):
+        # packing defaults to False (not None) in `TrainSettings`; off is the plug-in's default too, so not passed
+        if value is not None and not (train_name == "advantage" and value == PLUGIN_ADVANTAGE) \
+                and not (train_name == "packing" and value is False):
             out[plugin_name] = value
     out.update(train.algorithm)
     return out

@@ -210,6 +210,27 @@ def _sft_value_and_grad(model, ids, plen, alen, lens, packing, chunk):
     return loss.detach(), grads(model)
 
 
+@pytest.mark.parametrize("family", ["llada", "sdar"])
+def test_the_sft_trainer_with_packing_steps_on_the_padded_own_length_loss(family):
+    """train_sft with SFTConfig(packing=True): its first step's loss is the own-length objective computed padded."""
+    import copy
+
+    from dare_bench.trainers.sft import SFTConfig, train_sft
+
+    model = tiny(family)
+    reference = copy.deepcopy(model)
+    examples = sft_examples([(3, 5), (9, 14), (4, 2), (12, 7), (5, 5)])
+    cfg = SFTConfig(steps=1, batch_size=4, lr=1e-3, seed=3, packing=True)
+    result = train_sft(model, examples, cfg)
+    g = torch.Generator().manual_seed(3)
+    picked = [examples[i] for i in torch.randint(len(examples), (4,), generator=g).tolist()]
+    ids, plen, alen, lens = collate_own_length(picked, reference.traits.pad_token_id)
+    reference.train()
+    with torch.no_grad():
+        padded = sft_loss(reference, ids, plen, alen, g, cfg.eps, lengths=lens, packing=False)
+    assert abs(result.losses[0] - float(padded)) <= TOL * abs(float(padded))
+
+
 def test_vrpo_loss_equals_packed():
     policy, reference = tiny("llada", 0), tiny("llada", 1)
     reference.requires_grad_(False)
