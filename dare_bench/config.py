@@ -201,6 +201,13 @@ class TrainSettings(Strict):
         description="loss head: None = materialised [tokens, vocab] logits; N = only the scored tokens' hidden "
                     "states go through the LM head, N tokens of logits at a time, forward and backward "
                     "(models/lm_head.py); read by SFT, VRPO and the RL plug-ins that score target tokens")
+    # Left out of dumps at its default (False): existing config hashes and pinned baselines stay as they were.
+    packing: bool = Field(
+        False, exclude_if=lambda v: v is False,
+        description="packed (varlen) training forwards: the real tokens of a padded batch laid into fewer rows, "
+                    "positions kept, no attention across sequences (diffusion/packing.py); same numbers as padded. "
+                    "Read by the RL update (plug-ins whose Config sets packing_refused are refused), VRPO and SFT "
+                    "(where it also trains each example at its own length: no EOS padding to the batch maximum)")
     max_prompt_length: int | None = Field(None, gt=0)
     lora: LoraSettings | None = None
     rollout: SamplerSettings | None = None

@@ -4,6 +4,7 @@
     dare-bench bench memory  [--json]    # BGPO vs naive ELBO peak memory as MC samples grow
     dare-bench bench alignment NAME...   # each RL algorithm's gradient vs the supervised one, on shared rollouts
     dare-bench bench flex    [--json]    # BD3 training-mask attention at L = 4k: dense sdpa vs FlexAttention
+    dare-bench bench packing [--json]    # one training step on d1's length mix, packed (train.packing) vs padded
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import importlib
 import typer
 
 BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment",
-                 "dare_bench.bench.flex"]
+                 "dare_bench.bench.flex", "dare_bench.bench.packing"]
 
 
 def register(app: typer.Typer) -> None:

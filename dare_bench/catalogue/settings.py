@@ -26,6 +26,7 @@ SHARED_TRAIN_FIELDS = {
     "clip_ratio_c": "clip_ratio_c",
     "advantage": "advantage",
     "lm_head_chunk_tokens": "lm_head_chunk_tokens",
+    "packing": "packing",
 }
 # verl's loss aggregation modes and KL estimators (`common.agg_loss`, `common.kl_estimate`), with their aliases; typed
 # as literals so that the registry refuses at load time exactly what a plug-in refuses when it is built.
@@ -45,6 +46,10 @@ class AlgorithmConfig(BaseModel):
     # set them for every algorithm, so they are accepted, and declared here so that ignoring them is a stated
     # choice: tests/trainers/test_knob_coverage.py checks a plug-in reads every other field and none of these.
     unused_shared_settings: ClassVar[frozenset[str]] = frozenset()
+    # Why this plug-in's update cannot run packed (`train.packing`), or None: it can. A plug-in whose forwards are not
+    # plain training forwards (replayed sampler calls with their caches, whole-distribution reads over a tree) says
+    # why here, and the loader refuses `train.packing: true` for it with that reason.
+    packing_refused: ClassVar[str | None] = None
 
     clip_eps: float = 0.2  # ε (lower clip); `clip_eps_high` defaults to ε
     clip_eps_high: float | None = None
@@ -57,6 +62,8 @@ class AlgorithmConfig(BaseModel):
     # None: the estimators materialise [tokens, vocab] logits; N: scored tokens only, N at a time through the LM head
     # (models/lm_head.py). A plug-in that needs the whole predictive distribution declares it unused.
     lm_head_chunk_tokens: int | None = None
+    # True: the update's forwards run packed (diffusion/packing.py: the loop wraps the policy and the reference)
+    packing: bool = False
 
     @model_validator(mode="after")
     def _shared_ranges(self) -> "AlgorithmConfig":
@@ -69,6 +76,9 @@ class AlgorithmConfig(BaseModel):
             raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}")
         if self.lm_head_chunk_tokens is not None and self.lm_head_chunk_tokens < 1:
             raise ValueError(f"lm_head_chunk_tokens must be >= 1, got {self.lm_head_chunk_tokens}")
+        if self.packing and self.packing_refused:
+            raise ValueError(f"packing is not supported by this algorithm: {self.packing_refused}; set "
+                             "train.packing: false")
         return self
 
 
@@ -80,7 +90,9 @@ def algorithm_settings(train: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for train_name, plugin_name in SHARED_TRAIN_FIELDS.items():
         value = getattr(train, train_name)
-        if value is not None and not (train_name == "advantage" and value == PLUGIN_ADVANTAGE):
+        # packing defaults to False (not None) in `TrainSettings`; off is the plug-in's default too, so not passed
+        if value is not None and not (train_name == "advantage" and value == PLUGIN_ADVANTAGE) \
+                and not (train_name == "packing" and value is False):
             out[plugin_name] = value
     out.update(train.algorithm)
     return out

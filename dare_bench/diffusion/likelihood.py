@@ -23,6 +23,9 @@ logits: the forward returns final hidden states (`forward(..., return_hidden=Tru
 (`scored_token_logprobs` -> `models.lm_head.chunked_token_logprobs`); values and gradients equal the default path
 within float32 rounding (tests/diffusion/test_lm_head.py). None (the default) keeps the materialised-logits path.
 
+Packing (`train.packing`): pass the model as `diffusion.packing.PackedModel(model, traits)`; every forward here
+(MDLM rows, the BD3 layout of `training_forward`) then runs packed with the same draws and numbers.
+
 The `*_from_logits` variants take aligned logits (e.g. from a fixture). The same `MaskDraw` passed for the policy,
 the old policy and the reference gives VRPO's antithetic estimates (same t and masks); BGPO / EBPO call `elbo_term`
 once per copy and back-propagate each term before the next (memory O(1) in the number of copies).

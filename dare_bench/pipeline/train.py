@@ -135,13 +135,13 @@ def train_vrpo_stage(ctx: RunContext, base: Base, sink):
 
 
 def _recipe(train) -> dict:
-    """The optimizer / schedule / length / loss-head fields of `train.*` as SFTConfig / PreferenceConfig keywords.
-    Passes over the data (`epochs`, when `steps` is unset) walk shuffled epochs; a fixed number of steps draws
+    """The optimizer / schedule / length / loss-head / packing fields of `train.*` as SFTConfig / PreferenceConfig
+    keywords. Passes over the data (`epochs`, when `steps` is unset) walk shuffled epochs; a fixed number of steps draws
     batches at random (the tiny / micro recipes, whose numbers this keeps)."""
     return {"steps": train.steps, "epochs": train.epochs, "lr": train.lr, "betas": tuple(train.adam_betas),
             "weight_decay": train.weight_decay, "lr_schedule": train.lr_schedule, "warmup_steps": train.warmup_steps,
             "grad_clip": train.max_grad_norm, "order": "epochs" if train.steps is None else "with_replacement",
-            "lm_head_chunk_tokens": train.lm_head_chunk_tokens}
+            "lm_head_chunk_tokens": train.lm_head_chunk_tokens, "packing": train.packing}
 
 
 def _checkpoint_dir(ctx: RunContext) -> Path:

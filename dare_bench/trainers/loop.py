@@ -20,6 +20,9 @@ graded the same way, and its micro-batches keep `micro_batch_block` rows togethe
 `sink(step, dict)`: reward mean / std / accuracy, the plug-in's loss terms (loss, kl, clip_frac, entropy ...),
 grad norm, lr, rollout tokens-per-forward, seconds per stage (rollout / reward / prepare / update), peak memory.
 
+Packing (`train.packing`): `prepare` and `backward` get the policy and the reference as `diffusion.packing.PackedModel`
+(the real tokens of a micro-batch in fewer rows, no attention across sequences; the same numbers as padded).
+
 LoRA (`train.lora`): adapters via peft; the reference for a KL term is the same model with adapters disabled (d1's
 `disable_adapter()`), so no second copy exists. Full fine-tuning with `beta_kl > 0`: a frozen copy of the starting
 policy (or the `reference` argument).
@@ -50,6 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from dare_bench.catalogue.settings import algorithm_settings
+from dare_bench.diffusion.packing import maybe_packed
 from dare_bench.errors import ConfigError, DataError
 from dare_bench.trainers.algorithms.base import CompletionGrader, RolloutBatch, get_algorithm
 from dare_bench.trainers.checkpoint import (
@@ -667,9 +671,11 @@ class RLRecipe:
         n_updates = min(self.mu, self.total_opt_steps - self.opt_step)
         algo.optimizer_step, algo.total_optimizer_steps = self.opt_step, self.total_opt_steps
         states = []
+        # train.packing: the plug-in's forwards run packed (same numbers; plug-ins that cannot are refused at load)
+        policy, ref_model = (maybe_packed(m, self.traits, algo.config.packing) for m in (self.policy, self.ref_model))
         with compute_precision(self.policy, self.opts.compute_dtype):
             for u, (batch, _) in enumerate(units):
-                states.append(algo.prepare(batch, self.policy, self.ref_model,
+                states.append(algo.prepare(batch, policy, ref_model,
                                            generator=self.unit_generator("algorithm", u), num_iterations=n_updates))
         _sync(self.device)  # CUDA runs asynchronously: time the work, not its launch
         stats.time_prepare_s = time.perf_counter() - t0
@@ -684,7 +690,7 @@ class RLRecipe:
             optimizer.zero_grad(set_to_none=True)
             for batch, state, adv, sl in work:
                 with compute_precision(self.policy, self.opts.compute_dtype):
-                    stats.algo_records.append(algo.backward(self.policy, batch.select(sl), state.select(sl),
+                    stats.algo_records.append(algo.backward(policy, batch.select(sl), state.select(sl),
                                                            adv[sl], loss_scale=1.0 / len(work), iteration=it))
             all_reduce_grads(self.params, self.dist)
             max_norm = float(cfg.max_grad_norm) if cfg.max_grad_norm is not None else float("inf")

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from dare_bench.diffusion.likelihood import elbo
 from dare_bench.diffusion.masking import MaskDraw, stratified_masks
+from dare_bench.diffusion.packing import maybe_packed
 from dare_bench.errors import ConfigError
 from dare_bench.trainers.checkpoint import is_peft
 from dare_bench.trainers.distributed import init_distributed, shard_model
@@ -78,6 +79,7 @@ class PreferenceConfig:
     epochs: float | None = None
     order: DataOrder = "with_replacement"
     lm_head_chunk_tokens: int | None = None  # None: materialised logits; N: the chunked LM head (train.* field)
+    packing: bool = False  # train.packing: the ELBO forwards run packed (diffusion/packing.py), same numbers
 
     def __post_init__(self):
         if self.mc_samples is None or self.mc_samples < 1 or self.beta <= 0:
@@ -127,11 +129,12 @@ def _draw_rows(draw: MaskDraw, rows: slice) -> MaskDraw:
 def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len, *,
               beta: float, mc_samples: int, generator: torch.Generator,
               antithetic: bool = True, pairs: slice | None = None,
-              head_chunk_tokens: int | None = None) -> tuple[torch.Tensor, dict]:
+              head_chunk_tokens: int | None = None, packing: bool = False) -> tuple[torch.Tensor, dict]:
     """VRPO loss of interleaved chosen / rejected rows (see `interleave_pairs`), averaged over the pairs `pairs`
     (default all). The masks are drawn for every row first, so a row's masks do not depend on which pairs this
     process computes (data parallelism: 1 process == N processes). `head_chunk_tokens`: the ELBOs through the
-    chunked LM head (`likelihood.elbo`), no `[tokens, vocab]` logits."""
+    chunked LM head (`likelihood.elbo`), no `[tokens, vocab]` logits. `packing`: the policy's and the reference's
+    forwards run packed (`diffusion.packing.PackedModel`: the prompts' left padding is not computed)."""
     if input_ids.shape[0] % 2:
         raise ConfigError(
             f"VRPO needs an even micro-batch (chosen/rejected interleaved), got {input_ids.shape[0]} rows"
@@ -143,10 +146,11 @@ def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.
         input_ids, attention_mask = input_ids[rows], attention_mask[rows]
         draw, ref_draw = _draw_rows(draw, rows), _draw_rows(ref_draw, rows)
     resp_len = input_ids.shape[1] - int(prompt_len)
-    policy_elbo = elbo(policy, input_ids, draw, attention_mask=attention_mask,
+    traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
+    policy_elbo = elbo(maybe_packed(policy, traits, packing), input_ids, draw, attention_mask=attention_mask,
                        head_chunk_tokens=head_chunk_tokens).mean / resp_len
     with torch.no_grad(), _reference_context(policy, reference) as ref_model:
-        ref_elbo = elbo(ref_model, input_ids, ref_draw, attention_mask=attention_mask,
+        ref_elbo = elbo(maybe_packed(ref_model, traits, packing), input_ids, ref_draw, attention_mask=attention_mask,
                         head_chunk_tokens=head_chunk_tokens).mean / resp_len
     loss = dpo_loss(policy_elbo[0::2], policy_elbo[1::2], ref_elbo[0::2], ref_elbo[1::2], beta)
     margin = (policy_elbo[0::2] - ref_elbo[0::2]) - (policy_elbo[1::2] - ref_elbo[1::2])
@@ -211,4 +215,4 @@ class _PreferenceRun(SupervisedRun):
         ids, am, plen = interleave_pairs([pairs[i] for i in self.draw_indices()], self.traits.eos_token_id)
         return vrpo_loss(self.model, self.reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples,
                          generator=self.gen, antithetic=cfg.antithetic, pairs=self.local,
-                         head_chunk_tokens=cfg.lm_head_chunk_tokens)
+                         head_chunk_tokens=cfg.lm_head_chunk_tokens, packing=cfg.packing)

@@ -22,6 +22,11 @@ Losses (algorithms.md §2.1 / §2.2):
   `[x_t; x_0]` with the BD3 mask and the loss is the same 1/p-weighted CE on the noisy copy, divided by the number of
   answer tokens (SDAR's objective).
 
+Packing (`train.packing`, `SFTConfig.packing`): each example is trained at its own length (`collate_own_length`:
+prompt + answer + its EOS, the padding after it hidden and unscored, as SDAR / LLaDA2's official SFT; not LLaDA's
+EOS padding to the batch maximum, which is data and cannot be packed away) and the forward runs packed
+(`diffusion/packing.py`), equal to the same objective computed padded (tests/diffusion/test_packing.py).
+
 The run machinery (`SupervisedRun`: AdamW + the shared LR schedules of `loop.build_scheduler`, epochs → steps, data
 order, data parallelism, checkpoints and `--resume`) is shared with the preference trainer (`preference.py`).
 """
@@ -105,6 +110,8 @@ class SFTConfig:
     lr_schedule: str | None = None
     order: DataOrder = "with_replacement"
     lm_head_chunk_tokens: int | None = None  # None: materialised logits; N: the chunked LM head (train.* field)
+    # train.packing: each example at its own length (`collate_own_length`), the forward packed (diffusion/packing.py)
+    packing: bool = False
 
     def __post_init__(self):
         _check_recipe(self, self.batch_size, "SFT")
@@ -155,16 +162,32 @@ def collate(examples: Sequence[SFTExample], eos_id: int) -> tuple[torch.Tensor, 
     return torch.tensor(rows), torch.tensor(plen), torch.tensor(alen)
 
 
-def _answer_positions(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
+def collate_own_length(examples: Sequence[SFTExample], pad_id: int):
+    """`train.packing`'s rows: each example is `prompt + answer` at its own length (no EOS padding to the batch
+    maximum: SDAR / LLaDA2's official SFT, whose padding has attention mask 0), right-padded with `pad_id`, which
+    no token sees and no loss scores. Returns input_ids [B, L], prompt_lengths [B], answer_lengths [B] (the
+    example's own), lengths [B] (prompt + answer)."""
+    length = max(len(e.prompt_ids) + len(e.answer_ids) for e in examples)
+    rows = [list(e.prompt_ids) + list(e.answer_ids) for e in examples]
+    lengths = [len(r) for r in rows]
+    return (torch.tensor([r + [pad_id] * (length - len(r)) for r in rows]),
+            torch.tensor([len(e.prompt_ids) for e in examples]), torch.tensor([len(e.answer_ids) for e in examples]),
+            torch.tensor(lengths))
+
+
+def _answer_positions(input_ids: torch.Tensor, prompt_lengths: torch.Tensor,
+                      lengths: torch.Tensor | None = None) -> torch.Tensor:
     pos = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-    return pos >= prompt_lengths.to(input_ids.device)[:, None]
+    answer = pos >= prompt_lengths.to(input_ids.device)[:, None]
+    return answer if lengths is None else answer & (pos < lengths.to(input_ids.device)[:, None])
 
 
 def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_id: int, generator: torch.Generator,
-                   eps: float = 1e-3, force_one: bool = True):
-    """One t per example; answer tokens masked with p = (1-eps)t + eps; prompt never. Returns (noisy, masked, p)."""
+                   eps: float = 1e-3, force_one: bool = True, lengths: torch.Tensor | None = None):
+    """One t per example; answer tokens masked with p = (1-eps)t + eps; prompt never (nor, with `lengths`, the
+    padding after each example). Returns (noisy, masked, p)."""
     b, l = input_ids.shape
-    answer = _answer_positions(input_ids, prompt_lengths)
+    answer = _answer_positions(input_ids, prompt_lengths, lengths)
     t = torch.rand(b, generator=generator)
     p = (1 - eps) * t + eps
     masked = (torch.rand(b, l, generator=generator) < p[:, None]) & answer
@@ -181,34 +204,46 @@ def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_i
 
 def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answer_lengths: torch.Tensor,
              generator: torch.Generator, eps: float = 1e-3, *, rows: slice | None = None,
-             head_chunk_tokens: int | None = None) -> torch.Tensor:
+             head_chunk_tokens: int | None = None, lengths: torch.Tensor | None = None,
+             packing: bool = False) -> torch.Tensor:
     """Completion-only diffusion SFT loss for any backbone (the pattern comes from the traits), averaged over `rows`
     of the batch (default all). The noise is drawn for every row first, so a row's masks do not depend on which
     rows this process computes (data parallelism: 1 process == N processes). `head_chunk_tokens`: only the masked
-    tokens' hidden states go through the LM head, that many at a time (`models.lm_head`), no `[B, L, V]` logits."""
+    tokens' hidden states go through the LM head, that many at a time (`models.lm_head`), no `[B, L, V]` logits.
+    `lengths` (`collate_own_length`): each row is real up to its length; the padding after it is hidden from every
+    token and never masked or scored. `packing`: the forward runs packed (`diffusion.packing`), same numbers."""
     traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
     device = next(model.parameters()).device
-    noisy, masked, p = draw_sft_noise(input_ids, prompt_lengths, traits.mask_token_id, generator, eps)
+    noisy, masked, p = draw_sft_noise(input_ids, prompt_lengths, traits.mask_token_id, generator, eps,
+                                      lengths=lengths)
     if rows is not None:
         noisy, masked, p, input_ids, answer_lengths = (x[rows] for x in (noisy, masked, p, input_ids, answer_lengths))
+        lengths = None if lengths is None else lengths[rows]
     noisy, masked, p, clean = noisy.to(device), masked.to(device), p.to(device), input_ids.to(device)
+    attn = None
+    if lengths is not None:
+        attn = (torch.arange(clean.shape[1], device=device)[None] < lengths.to(device)[:, None]).long()
+    if packing:
+        from dare_bench.diffusion.packing import PackedModel
+
+        model = PackedModel(model, traits)
     if head_chunk_tokens is not None:
-        ce = -_masked_logprobs(model, traits, noisy, clean, masked, head_chunk_tokens)
+        ce = -_masked_logprobs(model, traits, noisy, clean, masked, head_chunk_tokens, attn)
         per_example = (ce / p[:, None]).sum(dim=1) / answer_lengths.to(device).clamp(min=1)
         return per_example.mean()
     if traits.is_block_diffusion:
         from dare_bench.models.block import training_forward
 
-        logits = training_forward(model, noisy, clean)
+        logits = training_forward(model, noisy, clean, attention_mask=attn)
     else:
-        logits = shift_logits(model(noisy), traits.logit_shift)
+        logits = shift_logits(model(noisy, attention_mask=attn), traits.logit_shift)
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), clean.reshape(-1), reduction="none")
     ce = ce.view(clean.shape) * masked / p[:, None]
     per_example = ce.sum(dim=1) / answer_lengths.to(device).clamp(min=1)
     return per_example.mean()
 
 
-def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int) -> torch.Tensor:
+def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int, attn=None) -> torch.Tensor:
     """log p(clean | noisy) `[B, L]` at the masked positions (0 elsewhere) through the chunked LM head: the same
     forward as the materialised path (BD3 layout for block diffusion, Dream's shift)."""
     from dare_bench.models.lm_head import chunked_token_logprobs
@@ -216,10 +251,10 @@ def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int) -> torch.T
     if traits.is_block_diffusion:
         from dare_bench.models.block import training_forward
 
-        out = training_forward(model, noisy, clean, return_hidden=True)
+        out = training_forward(model, noisy, clean, attention_mask=attn, return_hidden=True)
         states = out.states
     else:
-        out = model(noisy, return_hidden=True)
+        out = model(noisy, attention_mask=attn, return_hidden=True)
         states = shift_logits(out.states, traits.logit_shift)
     rows, cols = masked.nonzero(as_tuple=True)
     lp = chunked_token_logprobs(states[rows, cols], out.head, clean[rows, cols], chunk_tokens=chunk)
@@ -425,9 +460,15 @@ class _SFTRun(SupervisedRun):
     kind = "sft"
 
     def loss(self, examples):
-        ids, plen, alen = collate([examples[i] for i in self.draw_indices()], self.traits.eos_token_id)
+        picked = [examples[i] for i in self.draw_indices()]
+        lengths = None
+        if self.cfg.packing:  # each example at its own length, packed
+            ids, plen, alen, lengths = collate_own_length(picked, self.traits.pad_token_id)
+        else:
+            ids, plen, alen = collate(picked, self.traits.eos_token_id)
         return sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps, rows=self.local,
-                        head_chunk_tokens=self.cfg.lm_head_chunk_tokens), {}
+                        head_chunk_tokens=self.cfg.lm_head_chunk_tokens, lengths=lengths,
+                        packing=self.cfg.packing), {}
 
 
 def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,

@@ -19,6 +19,8 @@ class CJGRPOConfig(AlgorithmConfig):
     # lm_head_chunk_tokens: its forwards replay the sampler's own calls (block windows, CFG logit mixing) on
     # materialised logits
     unused_shared_settings = frozenset({"loss_agg", "lm_head_chunk_tokens"})
+    packing_refused = ("cj_grpo replays the sampler's own calls (block windows, KV-cache positions, CFG), "
+                       "not padded training forwards")
 
     clip_eps: float = Field(0.5, gt=0, lt=1)  # official train.yaml epsilon
     # per_step: the official EOSER-ASS-RL loss; collapsed: DARE's collapse_cj_step_log_probs

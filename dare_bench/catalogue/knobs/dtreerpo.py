@@ -23,6 +23,8 @@ class DTreeRPOConfig(AlgorithmConfig):
     # always the unclamped k3 exp(d) - d - 1 (DARE's recipe sets kl_loss_type low_var_kl, which its actor ignores).
     # lm_head_chunk_tokens: its self-distillation reads the parents' whole log-softmax [g, C, V] (full logits)
     unused_shared_settings = frozenset({"loss_agg", "clip_ratio_c", "kl_estimator", "lm_head_chunk_tokens"})
+    packing_refused = ("dtreerpo calls the model on its tree's denoising canvases with the sampler's "
+                       "arguments, not padded training forwards")
 
     clip_eps: float = Field(0.4, gt=0, lt=1)  # official `epsilon`, DARE `clip_ratio` (both recipes 0.4)
     # children of every non-root node (T; official `tree_branch_factor`, recipes 4)

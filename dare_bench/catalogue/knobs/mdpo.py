@@ -16,6 +16,8 @@ class MDPOConfig(AlgorithmConfig):
     # MDPO's own loss: the KL term is always ½(ℓ_ref − ℓ)² (DARE / official `per_token_kl = logr ** 2 / 2`), the
     # aggregation is per (row, step) over the step's masked tokens, and DARE's MDPO loss has no dual clip.
     unused_shared_settings = frozenset({"kl_estimator", "loss_agg", "clip_ratio_c"})
+    packing_refused = ("mdpo replays the sampler's recorded calls (their model arguments), not padded "
+                       "training forwards")
 
     # DARE `sample_train_steps` (recipe 16; official config_demo.yaml 16); None trains on every step
     top_k_steps: int | None = Field(16, gt=0, description="train only on the K steps with largest |advantage|")

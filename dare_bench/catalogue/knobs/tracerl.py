@@ -19,6 +19,7 @@ class TraceRLConfig(AlgorithmConfig):
     # lm_head_chunk_tokens: its forwards replay the sampler's own calls (CJ-GRPO's path) on materialised logits
     unused_shared_settings = frozenset({"loss_agg", "clip_ratio_c", "kl_estimator", "clip_eps_high", "advantage",
                                         "lm_head_chunk_tokens"})
+    packing_refused = "tracerl replays the sampler's own calls (CJ-GRPO's path), not padded training forwards"
 
     clip_eps: float = Field(0.2, gt=0, lt=1)  # training.eps
     old_kl_beta: float = Field(0.01, ge=0)  # training.beta (with use_kl_estimator_k3: True), KL to π_old
