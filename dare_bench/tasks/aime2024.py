@@ -6,6 +6,15 @@ SDAR-8B configs): the user turn "<problem>\\nPlease reason step by step, and put
 "answer is", normalised) + ``MATHEvaluator(version='v2')`` (string normalisation, no sympy: "\\boxed{033}" is not
 "33"). The config runs the set 8 times (``aime2024-run0..7``, sampled): DARE's figure is the mean of the 8 runs.
 
+Task option ``protocol`` (``tasks/protocols.py``; grader ``opencompass`` = ``dare``), in DARE's fork under
+``configs/datasets/aime2024/``:
+
+- ``aime2024_gen_repeat8_6e39a4``: the above (the task without a protocol). The task itself does not repeat: the
+  registry's ``eval.repeats: 8`` samples each problem 8 times.
+- ``aime2024_gen_17d799`` (SDAR-30B: ``aime2024_gen`` imports it): the same user turn, one run; verdict:
+  MATHVerifyEvaluator (no postprocessor; ``math_verify`` parses the whole completion, the gold as ``$<answer>$``:
+  "\boxed{033}" is 33 there).
+
 Data: DARE's ``rl/test/aime2024.parquet`` (the bare problem as the user turn, gold = the answer;
 ``dare-bench data get aime2024``), to which this task adds OpenCompass's instruction. Raw rows of OpenCompass's
 jsonl (``origin_prompt`` + ``gold_answer``, or ``question`` + ``answer``) load directly.
@@ -16,8 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from dare_bench.errors import DataError
-from dare_bench.tasks.base import GradeResult, GraderFn, Item, Task
+from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.graders import opencompass_protocols as ocp
+from dare_bench.tasks.protocols import OpenCompassTask, Protocol, graded, own_messages
 
 
 def grade_math_v2(completion: str, item: Item) -> GradeResult:
@@ -27,7 +37,20 @@ def grade_math_v2(completion: str, item: Item) -> GradeResult:
     return GradeResult(ok, float(ok), pred, {"pred": pred})
 
 
-class AIME2024Task(Task):
+def _grade_math_verify(task, completion: str, item: Item) -> GradeResult:
+    ok, parsed = ocp.math_verify_verdict(completion, item.ground_truth)
+    return graded(ok, parsed, item.ground_truth)
+
+
+PROTOCOLS = {
+    "aime2024_gen_repeat8_6e39a4": Protocol("aime2024_gen_repeat8_6e39a4", "aime2024/aime2024_gen_repeat8_6e39a4.py",
+                                            own_messages, lambda task, text, item: grade_math_v2(text, item)),
+    "aime2024_gen_17d799": Protocol("aime2024_gen_17d799", "aime2024/aime2024_gen_17d799.py", own_messages,
+                                    _grade_math_verify),
+}
+
+
+class AIME2024Task(OpenCompassTask):
     name = "aime2024"
     scales = ("paper",)
     cpu_stand_in = ("arith", "math", "a tiny replica cannot learn AIME")
@@ -36,10 +59,8 @@ class AIME2024Task(Task):
     #: OpenCompass's instruction after the problem (the config's prompt template)
     instruction = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
-    def build_graders(self) -> dict[str, GraderFn]:
-        grade = grade_math_v2
-        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
-        return {"dare": grade, "opencompass": grade}
+    protocols = PROTOCOLS
+    default_protocol = "aime2024_gen_repeat8_6e39a4"
 
     def verl_row_to_item(self, row: dict[str, Any], i: int) -> Item:
         item = super().verl_row_to_item(row, i)

@@ -4,7 +4,9 @@ Follows OpenCompass ``configs/datasets/hellaswag/hellaswag_gen_6faab5.py`` (ever
 "<ctx>\\nQuestion: Which ending makes the most sense?\\nA. ...\\nD. ...\\nYou may choose from 'A', 'B', 'C', 'D'.\\n
 Answer:"; verdict: ``first_option_postprocess`` (ABCD) + AccEvaluator. ``HellaswagDataset_V2`` reads OpenCompass's
 hellaswag.jsonl (``query`` = "<activity label>: <context>", ``choices``, ``gold``) and shows the text after the
-first ": " of the query.
+first ": " of the query. Task option ``protocol``: ``hellaswag_gen_6faab5`` (the above, the only one implemented;
+SDAR-30B's ``hellaswag_gen`` -> ``hellaswag_10shot_gen_e42710`` needs the first ten rows of OpenCompass's own
+``hellaswag_train_sampled25.jsonl`` as shots, which the task's data does not carry).
 
 Data: ``dare-bench data get hellaswag --hf`` (Rowan/hellaswag validation) -> ``rl/test/hellaswag.parquet``. The
 converter rebuilds the query and endings with the lm-evaluation-harness preprocessing that file carries
@@ -16,9 +18,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dare_bench.tasks.base import GraderFn
-from dare_bench.tasks.choice import ChoiceTask, letter_grader
+from dare_bench.tasks.choice import ChoiceTask, letter_protocol_grade
 from dare_bench.tasks.graders import opencompass_choice as oc
+from dare_bench.tasks.protocols import Protocol, own_messages
+
+PROTOCOLS = {
+    "hellaswag_gen_6faab5": Protocol("hellaswag_gen_6faab5", "hellaswag/hellaswag_gen_6faab5.py", own_messages,
+                                     letter_protocol_grade(lambda text: oc.first_option(text, "ABCD"))),
+}
 
 
 class HellaSwagTask(ChoiceTask):
@@ -27,10 +34,8 @@ class HellaSwagTask(ChoiceTask):
     dare_files = {"test": "hellaswag.parquet"}
     hf_hint = "Rowan/hellaswag"
 
-    def build_graders(self) -> dict[str, GraderFn]:
-        grade = letter_grader(lambda text: oc.first_option(text, "ABCD"))
-        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
-        return {"dare": grade, "opencompass": grade}
+    protocols = PROTOCOLS
+    default_protocol = "hellaswag_gen_6faab5"
 
     def make_prompt(self, ctx: str, endings: Sequence[str]) -> str:
         lines = "".join(f"{letter}. {text}\n" for letter, text in zip("ABCD", endings))

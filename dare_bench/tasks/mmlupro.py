@@ -6,7 +6,9 @@ simple-evals instruction ("... 'ANSWER: $LETTER' ..."), "Question:\\n\\n<questio
 the options are ``MMLUProDataset``'s ``options_str`` ("A. ..." lines, an "N/A" option skipped, its letter kept);
 verdict: ``match_answer_pattern`` with ``(?i)ANSWER\\s*:\\s*([A-P])`` + AccEvaluator (an exact letter: the
 case-insensitive pattern captures a lowercase "d", which is then wrong). OpenCompass reports per category
-(``extra_info.category``) and averages the 14 categories.
+(``extra_info.category``) and averages the 14 categories. Task option ``protocol``: ``mmlu_pro_0shot_cot_gen_08c1de``
+(the above, the only one implemented; SDAR-30B's ``mmlu_pro_few_shot_gen_bfaf90`` needs the five validation-split
+shots of each category, which the task's data does not carry).
 
 Data: ``dare-bench data get mmlupro --hf`` (TIGER-Lab/MMLU-Pro test) -> ``$DARE_BENCH_DATA/rl/test/mmlupro.parquet``;
 raw rows (question, options, answer, category, ...) load directly.
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dare_bench.tasks.base import GraderFn, Item
-from dare_bench.tasks.choice import ChoiceTask, letter_grader
+from dare_bench.tasks.base import Item
+from dare_bench.tasks.choice import ChoiceTask, letter_protocol_grade
 from dare_bench.tasks.graders import opencompass_choice as oc
+from dare_bench.tasks.protocols import Protocol, own_messages
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -29,6 +32,13 @@ def options_str(options: Sequence[str]) -> tuple[str, list[tuple[str, str]]]:
     return "".join(f"{letter}. {text}\n" for letter, text in shown).strip(), shown
 
 
+PROTOCOLS = {
+    "mmlu_pro_0shot_cot_gen_08c1de": Protocol(
+        "mmlu_pro_0shot_cot_gen_08c1de", "mmlu_pro/mmlu_pro_0shot_cot_gen_08c1de.py", own_messages,
+        letter_protocol_grade(lambda text: oc.answer_pattern(text, oc.MMLU_PRO_PATTERN))),
+}
+
+
 class MMLUProTask(ChoiceTask):
     name = "mmlupro"
     raw_converter = "mmlupro"
@@ -36,10 +46,8 @@ class MMLUProTask(ChoiceTask):
     dare_files = {"test": "mmlupro.parquet"}
     hf_hint = "TIGER-Lab/MMLU-Pro"
 
-    def build_graders(self) -> dict[str, GraderFn]:
-        grade = letter_grader(lambda text: oc.answer_pattern(text, oc.MMLU_PRO_PATTERN))
-        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
-        return {"dare": grade, "opencompass": grade}
+    protocols = PROTOCOLS
+    default_protocol = "mmlu_pro_0shot_cot_gen_08c1de"
 
     def make_prompt(self, question: str, options_text: str) -> str:
         return ("Answer the following multiple choice question. The last line of your response should be of the "

@@ -7,7 +7,8 @@ instruction naming the answer type, the unit rule and "So the final answer is \\
 "Please reason step by step, and put your final answer within \\boxed{}." / its Chinese form); verdict:
 ``olympiadbench_postprocess_v2`` + ``OlympiadBenchEvaluator(version='v2')`` (``graders/opencompass_olympiad.py``; needs
 ``antlr4-python3-runtime==4.11.0`` for sympy's LaTeX parser, as OpenCompass does). The gold is ``final_answer[0]``.
-OpenCompass reports each of the 5 sets (``extra_info.category``); DARE's figure is their mean.
+OpenCompass reports each of the 5 sets (``extra_info.category``); DARE's figure is their mean. Task option ``protocol``:
+``OlympiadBench_0shot_gen_be8b13`` (the only one; every cell).
 
 Data: ``dare-bench data get olympiadbench --hf`` (Hothan/OlympiadBench, the 5 configs, train split: the files
 OpenCompass's ``OlympiadBenchDataset`` reads) -> ``rl/test/olympiadbench.parquet``; raw rows load directly.
@@ -15,8 +16,9 @@ OpenCompass's ``OlympiadBenchDataset`` reads) -> ``rl/test/olympiadbench.parquet
 
 from __future__ import annotations
 
-from dare_bench.tasks.base import GradeResult, GraderFn, Item, Task
+from dare_bench.tasks.base import GradeResult, Item
 from dare_bench.tasks.graders import opencompass_olympiad as olympiad
+from dare_bench.tasks.protocols import OpenCompassTask, Protocol, own_messages
 
 #: the configs OlympiadBench_categories.py lists, in its order
 CATEGORIES = ("OE_TO_maths_en_COMP", "OE_TO_maths_zh_COMP", "OE_TO_maths_zh_CEE", "OE_TO_physics_en_COMP",
@@ -99,7 +101,14 @@ def grade_olympiad(completion: str, item: Item) -> GradeResult:
     return GradeResult(ok, float(ok), pred, {"pred": pred})
 
 
-class OlympiadBenchTask(Task):
+PROTOCOLS = {
+    "OlympiadBench_0shot_gen_be8b13": Protocol(
+        "OlympiadBench_0shot_gen_be8b13", "OlympiadBench/OlympiadBench_0shot_gen_be8b13.py", own_messages,
+        lambda task, text, item: grade_olympiad(text, item)),
+}
+
+
+class OlympiadBenchTask(OpenCompassTask):
     name = "olympiadbench"
     scales = ("paper",)
     cpu_stand_in = ("arith", "math", "a tiny replica cannot learn OlympiadBench")
@@ -107,10 +116,8 @@ class OlympiadBenchTask(Task):
     dare_files = {"test": "olympiadbench.parquet"}
     hf_hint = "Hothan/OlympiadBench"
 
-    def build_graders(self) -> dict[str, GraderFn]:
-        grade = grade_olympiad
-        # DARE scores this benchmark only through OpenCompass: its rule is both `dare` and `opencompass`
-        return {"dare": grade, "opencompass": grade}
+    protocols = PROTOCOLS
+    default_protocol = "OlympiadBench_0shot_gen_be8b13"
 
     def load(self, *args, **kwargs):
         # before any generation: an evaluation must not decode for hours and then fail to grade

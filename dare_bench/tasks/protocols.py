@@ -12,6 +12,11 @@ listing the known ones.
     task.messages(item)                          # the 4-shot chat of gsm8k_gen_1d7fe4
     task.grade(completion, item, grader="opencompass")   # gsm8k_postprocess + Gsm8kEvaluator
 
+The benchmarks DARE scores *only* through OpenCompass (mmlu, mmlupro, hellaswag, arcc, gpqa, aime2024, aime2025,
+olympiadbench) are ``OpenCompassTask``s: their items are built by one config (``default_protocol``, the one most
+DARE configs import), which is also their behaviour without a protocol; another protocol rebuilds the chat from the
+item (its question and options) and both graders ``dare`` and ``opencompass`` give that protocol's verdict.
+
 In a reproduction: ``task_options: {protocol: gsm8k_gen_1d7fe4}`` and ``grader: opencompass``. Every protocol's
 source is its task's docstring and ``Protocol.source``; ``tests/tasks/test_opencompass_protocols.py`` checks the
 prompts against OpenCompass's rendering and the verdicts against OpenCompass's evaluators.
@@ -84,6 +89,27 @@ class ProtocolTask(Task):
         if self.protocol is not None and style == "dare":
             return self.protocols[self.protocol].messages(self, item)
         return super().messages(item, style)
+
+
+class OpenCompassTask(ProtocolTask):
+    """A benchmark DARE scores only through OpenCompass: ``protocols[default_protocol]`` is what the task does without
+    a protocol (its items' own chat, its own grader); under any protocol ``dare`` and ``opencompass`` are the same
+    verdict, the protocol's (DARE has no other rule for these benchmarks)."""
+
+    default_protocol: str = ""
+
+    def build_graders(self) -> dict[str, GraderFn]:
+        spec = self.protocols[self.protocol or self.default_protocol]
+
+        def grade(text: str, item: Item) -> GradeResult:
+            return spec.grade(self, text, item)
+
+        return {"dare": grade, "opencompass": grade}
+
+
+def own_messages(task: Any, item: Item) -> list[dict[str, str]]:
+    """The chat the item carries: what the converter built with the task's default config."""
+    return item.prompt_messages
 
 
 def user_turn(text: str) -> list[dict[str, str]]:

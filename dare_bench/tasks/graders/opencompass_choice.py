@@ -21,6 +21,9 @@ Quirks kept on purpose (they move DARE's numbers):
   ("Dunno" -> D).
 - ``gpqa_correct_answer`` (DARE's own ``GPQA_Simple_Eval_postprocess_``, not in upstream OpenCompass): the first
   "The correct answer is (X)", case-insensitive, the text inside the parentheses stripped; no match gives " ".
+- the simple-evals configs (``mmlu_openai_simple_evals_gen_b618ea``, ``gpqa_openai_simple_evals_gen_5aeece``):
+  the first ``(?i)ANSWER\\s*:\\s*([A-D])``; "answer: c" extracts "c" (wrong), no match gives '' (MMLU's
+  match_answer_pattern) or None (GPQA_Simple_Eval_postprocess); "ANSWER: (C)" matches nothing.
 - AccEvaluator / GPQAEvaluator compare the extracted string with the gold letter exactly: a lowercase "d" is wrong.
 """
 
@@ -115,6 +118,16 @@ def answer_pattern(text: str, pattern: str) -> str:
 
 #: MMLU-Pro's postprocessor pattern (mmlu_pro_0shot_cot_gen_08c1de.py)
 MMLU_PRO_PATTERN = r"(?i)ANSWER\s*:\s*([A-P])"
+
+
+#: the simple-evals configs' pattern (mmlu_openai_simple_evals_gen_b618ea; GPQA_Simple_Eval_postprocess's, too)
+SIMPLE_EVALS_ABCD_PATTERN = r"(?i)ANSWER\s*:\s*([A-D])"
+
+
+def gpqa_simple_eval(text: str) -> str | None:
+    """GPQA_Simple_Eval_postprocess (gpqa_openai_simple_evals_gen_5aeece): group 1 of the first match, else None."""
+    match = re.search(SIMPLE_EVALS_ABCD_PATTERN, text)
+    return match.group(1) if match else None
 
 
 def gpqa_correct_answer(text: str) -> str:
