@@ -25,6 +25,7 @@ Every write is atomic (fetch, convert and check everything first, then rename in
     dare-bench data get gsm8k math500                      # DARE's files, from GitHub raw at the pinned commit
     dare-bench data get all --from ~/src/DARE              # every file, from a DARE checkout (or its rl/ folder)
     dare-bench data get humaneval mbpp --hf [--revision REV]   # the HF datasets, converted to DARE's rows
+    dare-bench data get math --from data/math/math.json    # the MATH test set from OpenCompass's file (or --hf)
     dare-bench data get rl/test/gsm8k_1.parquet --from gsm8k_test.jsonl --out /data/dare
     dare-bench data get lcbv5-K8 primeintellect-K8 taco-K8 --dry-run
     dare-bench data verify [--json] [--dir DIR]            # exit != 0 when a present file differs from its pin
@@ -156,7 +157,8 @@ def find_file(name: str, split: str = "train") -> DataFile | None:
 
 def select(names: Sequence[str]) -> tuple[list[DataFile], list[str]]:
     """Names -> (manifest files in manifest order, procedural task names). A name is `all`, a task, a DARE data name
-    (`gsm8k` = both gsm8k files, `countdown-n20000`, `lcbv5-K8`), a file name or a path `rl/<split>/<file>`.
+    (`gsm8k` = both gsm8k files, `countdown-n20000`, `lcbv5-K8`), a file name or a path `rl/<split>/<file>`; a
+    task name means its task's files (`math`: the MATH test set, not DARE's math_1.parquet of task math500).
     An unknown name is one DataError with the closest known name."""
     m = load_manifest()
     chosen: set[str] = set()
@@ -173,8 +175,10 @@ def select(names: Sequence[str]) -> tuple[list[DataFile], list[str]]:
         if name in m.procedural:
             procedural.append(name)
             continue
-        hits = {f.path for f in m.files
-                if name in (f.path, f.filename, f.name) or (name in f.tasks and not f.name.endswith("-K8"))}
+        # a task name denotes its task's files: `math` is the MATH test set (task math), not DARE's MATH train
+        # file whose data name is also math (task math500: `data get math500` or `math_1.parquet`)
+        hits = {f.path for f in m.files if name in f.tasks and not f.name.endswith("-K8")} or \
+            {f.path for f in m.files if name in (f.path, f.filename, f.name)}
         if not hits:
             close = difflib.get_close_matches(name, vocabulary, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -541,11 +545,38 @@ def _olympiadbench(rows, split, data_source, where, fewshot_rows=None):
     return out
 
 
+def _opencompass_math(rows, split, data_source, where, fewshot_rows=None):
+    # MATHDataset: the problem as it is (the protocol builds the chat), gold = extract_boxed_answer(solution). A
+    # solution without a box keeps its row with gold None, as there (counted, never right); the solution stays in
+    # extra_info, where the protocols' graders read their gold.
+    from dare_bench.tasks.graders.opencompass_protocols import extract_boxed_answer
+
+    out = []
+    for i, r in enumerate(rows):
+        at = f"{where}: row {i}"
+        solution = str(_column(r, ("solution",), "math", at))
+        row = _verl(data_source, [{"role": "user", "content": str(_column(r, ("problem",), "math", at))}],
+                    extract_boxed_answer(solution), split, i, "math")
+        row["extra_info"].update(solution=solution,
+                                 **{k: (None if r.get(k) is None else str(r[k])) for k in ("level", "type")})
+        out.append(row)
+    return out
+
+
+def _read_math(path: Path) -> list[dict[str, Any]]:
+    from dare_bench.tasks.math import read_math_rows
+
+    return read_math_rows(path)
+
+
 #: converters over a whole table: (rows, split, data_source, where, fewshot_rows) -> verl rows
 TABLE_CONVERTERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "mmlu": _mmlu, "mmlupro": _mmlupro, "hellaswag": _hellaswag, "arcc": _arcc, "gpqa": _gpqa,
-    "olympiadbench": _olympiadbench,
+    "olympiadbench": _olympiadbench, "opencompass_math": _opencompass_math,
 }
+#: `--from FILE` readers of the converters whose public file is not one record per row (others: base.read_rows):
+#: OpenCompass's data/math/math.json is one object {id: record}
+RAW_READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {"opencompass_math": _read_math}
 
 
 def convert_table(name: str, raw_rows: Sequence[dict[str, Any]], split: str, data_source: str, where: str,
@@ -605,7 +636,7 @@ def _from_dare_dir(f: DataFile, root: Path) -> Prepared:
 
 
 def _from_file(f: DataFile, path: Path) -> Prepared:
-    rows = read_rows(path)
+    rows = RAW_READERS.get((f.converter or {}).get("name"), read_rows)(path)
     if rows and "prompt" in rows[0] and "reward_model" in rows[0] and not f.from_dare:  # a written conversion
         data = rows_to_parquet(rows) if path.suffix.lower() != ".parquet" else path.read_bytes()
         info = check_rows(f, data, str(path))
@@ -877,7 +908,9 @@ def missing_hint(entry: str) -> str:
                 f"PrimeIntellect / TACO problems kept by DARE's verl/utils/preprocess/preprocess_sampled.py, shipped "
                 f"only in {m.dare_ref} {m.dare['folder']}/train/): "
                 f"dare-bench data get {' '.join(g.name for g in sets)}")
-    return f"; get it with: dare-bench data get {f.name}"
+    # the data name, unless it denotes other files (math = the MATH test task): then the file name
+    name = f.name if f in select([f.name])[0] else f.filename
+    return f"; get it with: dare-bench data get {name}"
 
 
 __all__ = ["CONVERTERS", "CONVERTER_VERSION", "DataFile", "Manifest", "code_rl_files", "convert_rows", "data_root",

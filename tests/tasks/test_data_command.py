@@ -119,8 +119,8 @@ def test_manifest_pins_are_those_of_dares_files():
         checked += 1
     assert checked >= 11
     # every task's standard files are in the manifest; the procedural tasks need none
-    for name in ("sudoku", "countdown", "gsm8k", "math500", "humaneval", "mbpp", "mmlu", "mmlupro", "hellaswag",
-                 "arcc", "gpqa", "aime2024", "aime2025", "olympiadbench"):
+    for name in ("sudoku", "countdown", "gsm8k", "math500", "math", "humaneval", "mbpp", "mmlu", "mmlupro",
+                 "hellaswag", "arcc", "gpqa", "aime2024", "aime2025", "olympiadbench"):
         for fname in get_task(name).dare_files.values():
             assert any(f.filename == fname for f in m.files), (name, fname)
     assert set(m.procedural) == {"arith", "pyfunc"}

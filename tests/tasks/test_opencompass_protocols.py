@@ -105,12 +105,13 @@ def test_unknown_protocol_is_one_config_error_listing_the_known():
         get_task("math").with_options({"protocol": "math_prm800k_500_0shot_cot_gen_11c4b5"})
 
 
-def test_math_task_reads_opencompass_layout_and_refuses_missing_data():
+def test_math_task_reads_opencompass_layout_and_refuses_missing_data(monkeypatch):
+    monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
     task = get_task("math")
     ds = task.load("test", source=DATA / "math.json")
     assert [it.ground_truth for it in ds] == ["\\frac{1}{2}", "14", "[2,\\infty)", "120^\\circ"]
     assert task.grade("so \\boxed{14}", ds[1], grader="dare").correct
-    with pytest.raises(DataError, match="no pinned MATH test file"):
+    with pytest.raises(DataError, match="get it with `dare-bench data get math --hf`"):
         task.load("test")
 
 
