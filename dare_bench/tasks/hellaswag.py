@@ -20,11 +20,16 @@ from typing import Sequence
 
 from dare_bench.tasks.choice import ChoiceTask, letter_protocol_grade
 from dare_bench.tasks.graders import opencompass_choice as oc
-from dare_bench.tasks.protocols import Protocol, own_messages
+from dare_bench.tasks.protocols import Protocol, own_messages, unavailable
 
 PROTOCOLS = {
     "hellaswag_gen_6faab5": Protocol("hellaswag_gen_6faab5", "hellaswag/hellaswag_gen_6faab5.py", own_messages,
                                      letter_protocol_grade(lambda text: oc.first_option(text, "ABCD"))),
+    # SDAR-30B's cell: 10 shots from OpenCompass's own hellaswag_train_sampled25.jsonl, which is not on any index
+    "hellaswag_10shot_gen_e42710": unavailable(
+        "hellaswag_10shot_gen_e42710", "hellaswag/hellaswag_10shot_gen_e42710.py",
+        "its 10 shots come from OpenCompass's own data file hellaswag_train_sampled25.jsonl, which dare-bench does "
+        "not ship; the zero-shot hellaswag_gen_6faab5 runs"),
 }
 
 

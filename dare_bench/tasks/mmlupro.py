@@ -21,7 +21,7 @@ from typing import Sequence
 from dare_bench.tasks.base import Item
 from dare_bench.tasks.choice import ChoiceTask, letter_protocol_grade
 from dare_bench.tasks.graders import opencompass_choice as oc
-from dare_bench.tasks.protocols import Protocol, own_messages
+from dare_bench.tasks.protocols import Protocol, own_messages, unavailable
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -36,6 +36,11 @@ PROTOCOLS = {
     "mmlu_pro_0shot_cot_gen_08c1de": Protocol(
         "mmlu_pro_0shot_cot_gen_08c1de", "mmlu_pro/mmlu_pro_0shot_cot_gen_08c1de.py", own_messages,
         letter_protocol_grade(lambda text: oc.answer_pattern(text, oc.MMLU_PRO_PATTERN))),
+    # SDAR-30B's cell: 5 shots per category from MMLU-Pro's validation split, which `dare-bench data` does not write
+    "mmlu_pro_few_shot_gen_bfaf90": unavailable(
+        "mmlu_pro_few_shot_gen_bfaf90", "mmlu_pro/mmlu_pro_few_shot_gen_bfaf90.py",
+        "its shots are MMLU-Pro's validation split (5 questions per category), which dare-bench does not fetch or "
+        "ship yet; the zero-shot mmlu_pro_0shot_cot_gen_08c1de runs"),
 }
 
 

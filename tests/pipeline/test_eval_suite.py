@@ -152,6 +152,22 @@ def suite_data(root):
     return root
 
 
+# SDAR-30B's MMLU-Pro (mmlu_pro_few_shot_gen_bfaf90) and HellaSwag (hellaswag_10shot_gen_e42710) cells: their shots
+# are data dare-bench does not ship (tasks/mmlupro.py, hellaswag.py)
+UNAVAILABLE = {"sdar30b": {"mmlupro", "hellaswag"}}
+
+
+def test_a_cell_whose_protocol_cannot_run_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
+    db = tmp_path / "never.db"
+    for name, config in (("released-sdar30b-mmlupro", "mmlu_pro_few_shot_gen_bfaf90"),
+                         ("released-sdar30b-hellaswag", "hellaswag_10shot_gen_e42710")):
+        res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "reproduce", name, "--scale", "paper",
+                              "--dry-run", "--db", f"sqlite:///{db}"], capture_output=True, text=True)
+        assert res.returncode == 2 and f"OpenCompass protocol {config} is not available" in res.stderr
+    assert not db.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backbone", ["llada", "dream", "sdar", "sdar30b", "llada2", "llada2.1"])
 def test_every_benchmark_of_every_family_on_a_shrunk_checkpoint(backbone, tmp_path, monkeypatch):
@@ -162,9 +178,16 @@ def test_every_benchmark_of_every_family_on_a_shrunk_checkpoint(backbone, tmp_pa
     monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
     db = f"sqlite:///{tmp_path / 'suite.db'}"
     res, out = _suite(backbone, "--shrunk", "--limit", "1", "--db", db, "--json")
-    assert res.exit_code == 0, res.output
-    rows = out["rows"]
-    assert len(rows) == 12 and all(r["status"] == "finished" for r in rows), [r for r in rows if r["message"]]
+    rows = {r["benchmark"]: r for r in out["rows"]}
+    refused = UNAVAILABLE.get(backbone, set())
+    assert res.exit_code == (1 if refused else 0), res.output
+    assert len(rows) == 12
+    for bench, r in rows.items():
+        if bench in refused:  # its OpenCompass config's shots are not shipped: refused before any run row
+            assert r["status"] == "failed" and "is not available" in r["message"] and r["run_id"] is None
+        else:
+            assert r["status"] == "finished", r
     cells = lb.eval_reproduction(lb.open_reader(db), include_modified=True)
     mine = cells[cells["backbone"] == backbone]
-    assert len(mine) == 12 and (mine["runs"] == 1).all() and mine["reported"].notna().all()
+    assert len(mine) == 12 and mine["reported"].notna().all()
+    assert (mine["runs"] == [0 if c in refused else 1 for c in mine["row"]]).all()

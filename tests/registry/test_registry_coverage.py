@@ -81,18 +81,15 @@ def test_every_cell_of_dares_evaluation_table(doc, reg):
     and the OpenCompass settings file it came from."""
     header, *rows = _table(doc, '"Evaluation Result Reproduction" (base')
     n = 0
-    interim = {"released-sdar-mmlu", "released-sdar30b-mmlu", "released-sdar30b-mmlupro",
-               "released-sdar30b-hellaswag", "released-sdar30b-gpqa", "released-sdar30b-aime2024"}
     for row in rows:
         for col, cell in zip(header[1:], row[1:]):
             backbone = EVAL_COLUMNS[col]
-            if f"released-{backbone}-{_eval_task(backbone, row[0])}" in interim:  # INTERIM: their protocols land next
-                n += 1
-                continue
             spec = reg.get(f"released-{backbone}-{_eval_task(backbone, row[0])}")
             assert _value(spec, "dare-eval-reproduction") == float(cell)
             assert {r.table for r in spec.reported} == {"dare-eval-reproduction"}
             assert spec.reported[0].settings["config"].endswith(".py") and list(spec.scales) == ["paper"]
+            protocol = spec.scales["paper"].task_options["protocol"]  # the cell's OpenCompass dataset config
+            assert protocol == spec.reported[0].settings["opencompass_dataset"] and spec.grader == "opencompass"
             n += 1
     assert n == 72
 
