@@ -533,6 +533,19 @@ class RunConfig(Strict):
 
         return get_task(self.task).with_options(self.profile.task_options)
 
+    def check_evaluation_items(self) -> None:
+        """The evaluation split loads here and its first item's prompt builds: a missing benchmark file is one
+        DataError naming `dare-bench data get`, a protocol dare-bench cannot run one NotBuiltError. The plan calls
+        it before anything is written; `dare-bench list --runnable` reports it."""
+        from dare_bench.errors import DataError
+
+        ev = self.profile.eval
+        task = self.run_task()
+        items = list(task.load(split=ev.split, limit=1))
+        if not items:
+            raise DataError(f"{self.reproduction}: the {task.name} {ev.split} split has no items")
+        task.messages(items[0])
+
     def to_dict(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")
         d["content_hash"] = self.content_hash

@@ -19,6 +19,10 @@ class DataError(DareBenchError):
     """A data file is unreadable or has the wrong shape."""
 
 
+class NotBuiltError(DareBenchError):
+    """A pinned setting dare-bench cannot run faithfully yet (e.g. a protocol whose data is not shipped)."""
+
+
 class SamplerError(DareBenchError):
     """Invalid sampler settings, detected before any forward pass."""
 

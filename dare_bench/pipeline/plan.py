@@ -42,19 +42,8 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     # pipeline writes anything
     resolved = spec.resolve(scale, list(overrides), with_data=True)
     _check_training_rows(resolved)
-    _check_evaluation_items(resolved)
+    resolved.check_evaluation_items()  # the benchmark's data and protocol, likewise
     return spec, resolved
-
-
-def _check_evaluation_items(cfg) -> None:
-    """The evaluation split loads and its first item's prompt builds (its data present, its protocol available):
-    a missing benchmark file is one DataError naming `dare-bench data get`, before the pipeline writes anything."""
-    ev = cfg.profile.eval
-    task = cfg.run_task()
-    items = list(task.load(split=ev.split, limit=1))
-    if not items:
-        raise DataError(f"{cfg.reproduction}: the {task.name} {ev.split} split has no items")
-    task.messages(items[0])
 
 
 def _check_training_rows(cfg) -> None:

@@ -4,7 +4,9 @@ The reasons, in the order they are checked:
 - "no plug-in": an RL algorithm the catalogue lists without a plug-in file yet (none today);
 - "GPU-only": paper / official scales without a CUDA device (`--device cpu` with a shrunk checkpoint still runs them);
 - "missing data": `train.data` does not resolve here (the DataError names the file and the variable to set);
-- "not built": VRPO's preference source at paper scale (only pairs from the base's samples exist).
+- "missing data": the evaluation split is absent (the error names `dare-bench data get <task>`);
+- "not built": VRPO's preference source at paper scale (only pairs from the base's samples exist), or an
+  evaluation protocol whose data dare-bench does not ship (SDAR-30B's few-shot MMLU-Pro / 10-shot HellaSwag).
 Everything else the plan checks (the plug-in's cross-field settings, the algorithm on the backbone) is tested
 against the real plan for every entry in tests/registry/test_runnable.py.
 
@@ -16,7 +18,7 @@ against the real plan for every entry in tests/registry/test_runnable.py.
 from __future__ import annotations
 
 from dare_bench import catalogue
-from dare_bench.errors import ConfigError, DataError
+from dare_bench.errors import ConfigError, DataError, NotBuiltError
 
 # VRPO's only preference data source the pipeline builds (pipeline.plan.TASK_PAIRS names the same string)
 TASK_PAIRS = "task-pairs-from-base"
@@ -46,9 +48,11 @@ def why_not_runnable(spec, scale: str, *, gpu: bool | None = None) -> tuple[str,
         if knobs.preference_data != TASK_PAIRS:
             return "not built", f"VRPO on preference_data {knobs.preference_data!r} is not implemented"
     try:
-        spec.resolve(scale, with_data=True)
+        spec.resolve(scale, with_data=True).check_evaluation_items()
     except DataError as exc:
         return "missing data", str(exc)
+    except NotBuiltError as exc:
+        return "not built", str(exc)
     return None
 
 

@@ -120,8 +120,8 @@ def test_the_opencompass_engine_is_for_released_checkpoints_only():
 # --------------------------------------------------------------------- every family, every benchmark (slow)
 
 SAMPLES = {"mmlupro": "mmlupro/test.jsonl", "hellaswag": "hellaswag/validation.jsonl",
-           "arcc": "arcc/validation.jsonl", "gpqa": "gpqa/gpqa_diamond.jsonl", "olympiadbench": "olympiadbench/test.jsonl",
-           "math": "opencompass/math.json"}
+           "arcc": "arcc/validation.jsonl", "gpqa": "gpqa/gpqa_diamond.jsonl",
+           "olympiadbench": "olympiadbench/test.jsonl", "math": "opencompass/math.json"}
 
 
 def suite_data(root):
@@ -157,7 +157,7 @@ def suite_data(root):
 UNAVAILABLE = {"sdar30b": {"mmlupro", "hellaswag"}}
 
 
-def test_a_cell_whose_protocol_cannot_run_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+def test_a_cell_whose_protocol_cannot_run_is_refused_before_any_write(tmp_path, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
     db = tmp_path / "never.db"
     for name, config in (("released-sdar30b-mmlupro", "mmlu_pro_few_shot_gen_bfaf90"),
