@@ -420,8 +420,17 @@ def _mmlu(rows, split, data_source, where, fewshot_rows=None):
 
 def _mmlupro(rows, split, data_source, where, fewshot_rows=None):
     from dare_bench.tasks import get_task
-    from dare_bench.tasks.mmlupro import options_str
+    from dare_bench.tasks.mmlupro import N_SHOTS, fewshot_entry, options_str
 
+    # the validation split (`--hf`): each category's first five questions, the shots of mmlu_pro_few_shot_gen_bfaf90,
+    # stored in the category's rows' extra_info (the default prompt does not read them)
+    shots: dict[str, list] | None = None
+    if fewshot_rows is not None:
+        shots = {}
+        for j, r in enumerate(fewshot_rows):
+            at = f"{where} (validation row {j})"
+            entry = {c: _column(r, (c,), "mmlupro", at) for c in ("question", "options", "answer", "category")}
+            shots.setdefault(str(entry["category"]), []).append(fewshot_entry(entry))
     task = get_task("mmlupro")
     out = []
     for i, r in enumerate(rows):
@@ -431,9 +440,16 @@ def _mmlupro(rows, split, data_source, where, fewshot_rows=None):
             raise DataError(f"{at}: a multiple-choice row with no options ('options' is {options!r})")
         text, shown = options_str(options)
         gold = _letter(_column(r, ("answer",), "mmlupro", at), len(options), at)
+        category = str(r.get("category", ""))
+        extra = {}
+        if shots is not None:
+            if len(shots.get(category, [])) < N_SHOTS:
+                raise DataError(f"{at}: category {category!r} has {len(shots.get(category, []))} validation "
+                                f"questions, the few-shot config needs {N_SHOTS}")
+            extra["fewshot"] = shots[category][:N_SHOTS]
         out.append(_choice_row(data_source, task.make_prompt(str(_column(r, ("question",), "mmlupro", at)), text),
-                               gold, shown, split, i, at, category=str(r.get("category", "")),
-                               question_id=r.get("question_id")))
+                               gold, shown, split, i, at, category=category, question_id=r.get("question_id"),
+                               **extra))
     return out
 
 
@@ -447,7 +463,21 @@ def _hellaswag_text(text: str) -> str:
 
 def _hellaswag(rows, split, data_source, where, fewshot_rows=None):
     from dare_bench.tasks import get_task
+    from dare_bench.tasks.hellaswag import N_SHOTS
 
+    extra = {}
+    if fewshot_rows is not None:  # OpenCompass's hellaswag_train_sampled25.jsonl: the 10-shot config's first ten rows
+        if len(fewshot_rows) < N_SHOTS:
+            raise DataError(f"{where}: the 10-shot config needs {N_SHOTS} shot rows, got {len(fewshot_rows)}")
+        shots = []
+        for j, r in enumerate(fewshot_rows[:N_SHOTS]):
+            at = f"{where} (shot row {j})"
+            choices = [str(c) for c in _column(r, ("choices",), "hellaswag", at)]
+            if len(choices) != 4:
+                raise DataError(f"{at}: a shot needs four choices, got {len(choices)}")
+            shots.append({"query": str(_column(r, ("query",), "hellaswag", at)), "choices": choices,
+                          "gold": "ABCD".index(_letter(_column(r, ("gold",), "hellaswag", at), 4, at))})
+        extra["fewshot"] = shots
     task = get_task("hellaswag")
     out = []
     for i, r in enumerate(rows):
@@ -464,7 +494,7 @@ def _hellaswag(rows, split, data_source, where, fewshot_rows=None):
                             f"{len(endings)})")
         ctx_shown = query.split(": ", 1)[-1]  # HellaswagDataset_V2
         out.append(_choice_row(data_source, task.make_prompt(ctx_shown, endings), _letter(gold, 4, at),
-                               list(zip("ABCD", endings)), split, i, at))
+                               list(zip("ABCD", endings)), split, i, at, **extra))
     return out
 
 
@@ -656,6 +686,28 @@ def _from_file(f: DataFile, path: Path) -> Prepared:
                               "converter_version": CONVERTER_VERSION}, info)
 
 
+def _opencompass_files(f: DataFile, root: Path) -> tuple[Path, Path] | None:
+    """(rows, shots) of OpenCompass's data folder for a converter that names them (`opencompass_files` in the
+    manifest: hellaswag's hellaswag.jsonl + hellaswag_train_sampled25.jsonl), in `root` or `root/<task>/`."""
+    names = (f.converter or {}).get("opencompass_files")
+    if not names:
+        return None
+    for folder in (root, *(root / t for t in f.tasks)):
+        if all((folder / n).is_file() for n in (names["rows"], names["fewshot"])):
+            return folder / names["rows"], folder / names["fewshot"]
+    return None
+
+
+def _from_opencompass_dir(f: DataFile, rows_path: Path, shots_path: Path) -> Prepared:
+    verl = convert_rows(f, read_rows(rows_path), str(rows_path), fewshot_rows=read_rows(shots_path))
+    data = rows_to_parquet(verl)
+    info = check_rows(f, data, f"the conversion of {rows_path}")
+    return Prepared(f, data, {"kind": "opencompass-local", "path": str(rows_path.resolve()),
+                              "fewshot_path": str(shots_path.resolve()),
+                              "fewshot_sha256": sha256_bytes(shots_path.read_bytes()),
+                              "converter": f.converter["name"], "converter_version": CONVERTER_VERSION}, info)
+
+
 def _download(url: str, progress: bool, label: str) -> bytes:
     import urllib.error
     import urllib.request
@@ -736,6 +788,9 @@ def _plan_source(f: DataFile, from_path: Path | None, hf: bool, revision: str | 
             f"@{revision or h.get('revision') or 'main'} ({h['split']}) via converter {f.converter['name']}"
     if from_path is None:
         return m.dare_url(f)
+    if from_path.is_dir() and _opencompass_files(f, from_path):
+        return " + ".join(map(str, _opencompass_files(f, from_path))) + f" (OpenCompass's files, converter " \
+            f"{f.converter['name']})"
     if from_path.is_dir():
         return f"{from_path} (DARE checkout / folder)"
     return f"{from_path} (a local file)"
@@ -829,6 +884,8 @@ def get(names: Sequence[str], *, from_path: str | os.PathLike | None = None, hf:
             prepared.append(_from_hf(f, revision))
         elif src is None:
             prepared.append(_from_github(f, progress))
+        elif src.is_dir() and _opencompass_files(f, src):
+            prepared.append(_from_opencompass_dir(f, *_opencompass_files(f, src)))
         elif src.is_dir():
             prepared.append(_from_dare_dir(f, src))
         else:

@@ -462,3 +462,68 @@ def test_opencompass_benchmarks_convert_from_the_hub_rows(tmp_path, monkeypatch)
     # without --hf: these have no DARE file
     with pytest.raises(DataError, match=r"not in DARE's repository .*`dare-bench data get mmlu --hf`"):
         data.get(["mmlu"], out=tmp_path / "other")
+
+
+def test_mmlupro_hub_conversion_stores_the_validation_shots(tmp_path, monkeypatch):
+    """`data get mmlupro --hf` reads the validation split too: each row carries its category's five shots, the
+    default prompt is untouched (what the raw rows give)."""
+    import datasets
+
+    from testpaths import TASK_SAMPLES
+
+    calls = []
+
+    def fake_load(id_, config, split, revision):
+        calls.append(split)
+        return read_rows(TASK_SAMPLES / "mmlupro" / f"{split}.jsonl")
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    mmlupro = data.select(["mmlupro"])[0][0]
+    real = data.load_manifest()
+    small = dataclasses.replace(real, files=tuple(dataclasses.replace(f, rows=3) if f == mmlupro else f
+                                                  for f in real.files))
+    monkeypatch.setattr(data, "load_manifest", lambda path=None: small)
+    data.get(["mmlupro"], hf=True, out=tmp_path)
+    assert calls == ["test", "validation"]
+    written = get_task("mmlupro").rows_to_items(read_rows(tmp_path / "rl/test/mmlupro.parquet"), "test", "file")
+    raw = get_task("mmlupro").rows_to_items(read_rows(TASK_SAMPLES / "mmlupro/test.jsonl"), "test", "raw")
+    assert [it.prompt_messages for it in written] == [it.prompt_messages for it in raw]
+    assert [len(it.extra["fewshot"]) for it in written] == [5, 5, 5]
+    assert written[1].extra["fewshot"][0] == {"question": "What is 12 + 30?", "answer": "C",
+                                              "options": [str(n) for n in range(40, 50)]}
+
+
+def test_hellaswag_from_opencompass_folder_stores_the_ten_shots(tmp_path, monkeypatch):
+    """`data get hellaswag --from DIR`, DIR holding OpenCompass's hellaswag.jsonl and hellaswag_train_sampled25.jsonl
+    (or DIR/hellaswag/ holding them): the first ten shot rows in every row's extra_info, provenance names both."""
+    from testpaths import TASK_SAMPLES
+
+    folder = tmp_path / "oc" / "hellaswag"
+    folder.mkdir(parents=True)
+    rows = read_rows(TASK_SAMPLES / "hellaswag/validation.jsonl")
+    (folder / "hellaswag.jsonl").write_text("".join(json.dumps(
+        {"query": r["activity_label"] + ": " + r["ctx"], "choices": r["endings"], "gold": int(r["label"])}) + "\n"
+        for r in rows), encoding="utf-8")
+    shutil.copy(TASK_SAMPLES / "hellaswag/hellaswag_train_sampled25.jsonl", folder)
+    hellaswag = data.select(["hellaswag"])[0][0]
+    real = data.load_manifest()
+    small = dataclasses.replace(real, files=tuple(dataclasses.replace(f, rows=len(rows)) if f == hellaswag else f
+                                                  for f in real.files))
+    monkeypatch.setattr(data, "load_manifest", lambda path=None: small)
+    report = data.get(["hellaswag"], from_path=tmp_path / "oc", out=tmp_path / "out", dry_run=True)
+    assert "hellaswag_train_sampled25.jsonl (OpenCompass's files" in report["files"][0]["source"]
+    data.get(["hellaswag"], from_path=tmp_path / "oc", out=tmp_path / "out")
+    items = get_task("hellaswag").rows_to_items(read_rows(tmp_path / "out/rl/test/hellaswag.parquet"), "test", "f")
+    assert len(items) == len(rows) and all(len(it.extra["fewshot"]) == 10 for it in items)
+    assert items[0].extra["fewshot"][9]["query"].startswith("Family Life: How to plan a picnic.")
+    prov = json.loads((tmp_path / "out/rl/test/hellaswag.parquet.source.json").read_text())
+    assert prov["source"]["kind"] == "opencompass-local" and len(prov["source"]["fewshot_sha256"]) == 64
+    ten = get_task("hellaswag").with_options({"protocol": "hellaswag_10shot_gen_e42710"})
+    assert len(ten.messages(items[0])) == 21
+    (folder / "hellaswag_train_sampled25.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(DataError, match="the 10-shot config needs 10 shot rows, got 0"):
+        data.get(["hellaswag"], from_path=tmp_path / "oc", out=tmp_path / "again")
+    (folder / "hellaswag_train_sampled25.jsonl").unlink()  # a folder without the shots is a DARE folder, as before
+    with pytest.raises(DataError, match="not found in"):
+        data.get(["hellaswag"], from_path=tmp_path / "oc", out=tmp_path / "again")
+    assert not (tmp_path / "again").exists() or not any((tmp_path / "again").rglob("*.parquet"))

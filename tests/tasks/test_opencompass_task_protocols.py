@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from dare_bench.errors import ConfigError, DataError
+from dare_bench.errors import ConfigError, DataError, NotBuiltError
 from dare_bench.tasks import data, get_task
 from dare_bench.tasks.base import Item, read_rows
 from dare_bench.tasks.gpqa import simple_evals_options
@@ -36,14 +36,17 @@ DEFAULT_PROMPTS = [json.loads(x) for x in OPENCOMPASS_TASK_PROMPTS.read_text(enc
 #: task -> (its default config, the others): the full OpenCompass config names DARE's table cells import
 KNOWN = {
     "mmlu": ("mmlu_gen_a484b3", {"mmlu_gen_4d595a", "mmlu_openai_simple_evals_gen_b618ea"}),
-    "mmlupro": ("mmlu_pro_0shot_cot_gen_08c1de", set()),
-    "hellaswag": ("hellaswag_gen_6faab5", set()),
+    "mmlupro": ("mmlu_pro_0shot_cot_gen_08c1de", {"mmlu_pro_few_shot_gen_bfaf90"}),
+    "hellaswag": ("hellaswag_gen_6faab5", {"hellaswag_10shot_gen_e42710"}),
     "arcc": ("ARC_c_gen_1e0de5", set()),
     "gpqa": ("gpqa_fewshot_gen", {"gpqa_openai_simple_evals_gen_5aeece"}),
     "aime2024": ("aime2024_gen_repeat8_6e39a4", {"aime2024_gen_17d799"}),
     "aime2025": ("aime2025_gen_repeat8_5e9f4f", set()),
     "olympiadbench": ("OlympiadBench_0shot_gen_be8b13", set()),
 }
+#: the few-shot configs: their shots' sample (MMLU-Pro's validation rows, OpenCompass's hellaswag_train_sampled25.jsonl)
+SHOTS = {"mmlu_pro_few_shot_gen_bfaf90": "mmlupro/validation.jsonl",
+         "hellaswag_10shot_gen_e42710": "hellaswag/hellaswag_train_sampled25.jsonl"}
 RAW = {"mmlupro": "mmlupro/test.jsonl", "hellaswag": "hellaswag/validation.jsonl", "arcc": "arcc/validation.jsonl",
        "gpqa": "gpqa/gpqa_diamond.jsonl", "olympiadbench": "olympiadbench/test.jsonl"}
 
@@ -53,9 +56,15 @@ def _no_data(monkeypatch):
     monkeypatch.delenv("DARE_BENCH_DATA", raising=False)
 
 
-def samples(name: str, monkeypatch) -> list[Item]:
-    """The task's local sample items, converted as `dare-bench data get` converts the public data."""
+def samples(name: str, monkeypatch, protocol: str | None = None) -> list[Item]:
+    """The task's local sample items, converted as `dare-bench data get` converts the public data (with the shots
+    of a few-shot `protocol`, as `--hf` / `--from DIR` store them)."""
     task = get_task(name)
+    if protocol in SHOTS:
+        f = data.select([name])[0][0]
+        rows = data.convert_rows(f, read_rows(TASK_SAMPLES / RAW[name]), "sample",
+                                 fewshot_rows=read_rows(TASK_SAMPLES / SHOTS[protocol]))
+        return list(task.rows_to_items(rows, "test", "sample"))
     if name == "mmlu":
         f = data.select(["mmlu"])[0][0]
         rows = data.convert_rows(f, read_rows(TASK_SAMPLES / "mmlu" / "test.jsonl"), "sample",
@@ -99,8 +108,8 @@ def test_unknown_config_is_one_config_error_listing_the_known():
     # "mmlu_gen" is only an alias file (it imports the simple-evals config): a cell names the config itself
     with pytest.raises(ConfigError, match="mmlu_gen_4d595a, mmlu_gen_a484b3, mmlu_openai_simple_evals_gen_b618ea$"):
         get_task("mmlu").with_options({"protocol": "mmlu_gen"})
-    with pytest.raises(ConfigError, match="no OpenCompass protocol 'hellaswag_10shot_gen_e42710'"):
-        get_task("hellaswag").with_options({"protocol": "hellaswag_10shot_gen_e42710"})
+    with pytest.raises(ConfigError, match="no OpenCompass protocol 'hellaswag_10shot_gen'"):
+        get_task("hellaswag").with_options({"protocol": "hellaswag_10shot_gen"})
 
 
 def test_no_protocol_is_the_task_as_it_was():
@@ -136,7 +145,18 @@ def test_default_config_name_sends_the_items_own_chat(name, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------- the others
+def answer_string(item: Item) -> str:
+    """MMLUProDataset's answer_string of an item: what MMLUProBaseEvaluator scores against."""
+    return f"{item.ground_truth}. {dict(item.extra['options'])[item.ground_truth]}\n"
+
+
 def _variant_item(row, monkeypatch) -> Item:
+    if row["protocol"] == "mmlu_pro_few_shot_gen_bfaf90":  # the gold is an answer_string "<letter>. <text>\n"
+        letter, text = row["gold"][0], row["gold"][3:-1]
+        options = [[x, text if x == letter else f"option {x}"] for x in "ABCDEFGHIJ"]
+        item = Item(0, [{"role": "user", "content": "q"}], letter, {"index": 0, "options": options})
+        assert answer_string(item) == row["gold"]
+        return item
     if row["protocol"] != "gpqa_openai_simple_evals_gen_5aeece":
         return corpus_item(row["task"], row["gold"])
     # GPQADataset's gold comes from the row's place in the file: a sample item whose rotated gold is the row's
@@ -158,13 +178,14 @@ def test_other_config_chat_is_opencompass_rendering(protocol, monkeypatch):
     task = get_task(name).with_options({"protocol": protocol})
     want = {r["key"]: (r["messages"], r["gold"]) for r in PROMPTS if r["protocol"] == protocol}
     got, seen = {}, {}
-    for item in samples(name, monkeypatch):
-        if name == "mmlu":
-            subject = item.extra["subject"]
-            key, seen[subject] = f"{subject}:{seen.get(subject, 0)}", seen.get(subject, 0) + 1
+    for item in samples(name, monkeypatch, protocol):
+        if name in ("mmlu", "mmlupro"):  # OpenCompass's one dataset per subject / category
+            group = item.extra["subject" if name == "mmlu" else "category"]
+            key, seen[group] = f"{group}:{seen.get(group, 0)}", seen.get(group, 0) + 1
         else:
             key = str(len(got))
-        gold = simple_evals_options(item)[1] if name == "gpqa" else item.ground_truth
+        gold = simple_evals_options(item)[1] if name == "gpqa" else \
+            answer_string(item) if name == "mmlupro" else item.ground_truth
         got[key] = (task.messages(item), gold)
         assert task.grade(task.format_answer(item), item).correct
         assert not task.grade("I am not sure.", item).correct
@@ -178,6 +199,42 @@ def test_gpqa_simple_evals_refuses_items_not_in_file_order(monkeypatch):
     with pytest.raises(DataError, match="not GPQADataset_'s shuffle of row 1"):
         task.messages(moved)
     assert task.messages(second)  # the same item at its own place is fine
+
+
+@pytest.mark.parametrize("name,protocol,command", [
+    ("mmlupro", "mmlu_pro_few_shot_gen_bfaf90", "`dare-bench data get mmlupro --hf`"),
+    ("hellaswag", "hellaswag_10shot_gen_e42710",
+     "`dare-bench data get hellaswag --from DIR`.*hellaswag_train_sampled25"),
+])
+def test_few_shot_config_without_shots_is_one_not_built_error(name, protocol, command, monkeypatch):
+    """Items written without the shots (`--hf` for hellaswag, a raw file): the protocol names what writes them."""
+    task = get_task(name).with_options({"protocol": protocol})
+    item = samples(name, monkeypatch)[0]
+    with pytest.raises(NotBuiltError, match=f"{protocol} is not available for {name} item 0: .*{command}"):
+        task.messages(item)
+    assert task.grade(task.format_answer(item), item).correct  # grading needs no shots
+
+
+@pytest.mark.parametrize("name,protocol", [("mmlupro", "mmlu_pro_few_shot_gen_bfaf90"),
+                                           ("hellaswag", "hellaswag_10shot_gen_e42710")])
+def test_few_shot_items_keep_the_default_prompt(name, protocol, monkeypatch):
+    """The shots live in extra_info: the default config's chat is byte for byte what it was."""
+    with_shots, without = samples(name, monkeypatch, protocol), samples(name, monkeypatch)
+    assert [it.prompt_messages for it in with_shots] == [it.prompt_messages for it in without]
+    assert all(it.extra["fewshot"] for it in with_shots) and not any("fewshot" in it.extra for it in without)
+    shipped = [r["messages"] for r in DEFAULT_PROMPTS if r["task"] == name]
+    assert sorted(map(json.dumps, shipped)) == sorted(json.dumps(it.prompt_messages) for it in with_shots)
+
+
+def test_mmlupro_few_shot_takes_each_categorys_first_five_validation_rows(monkeypatch):
+    items = samples("mmlupro", monkeypatch, "mmlu_pro_few_shot_gen_bfaf90")
+    math = next(it for it in items if it.extra["category"] == "math")
+    assert [s["question"] for s in math.extra["fewshot"]][-1] == "What is the area of a 3 by 5 rectangle?"
+    assert len(math.extra["fewshot"]) == 5  # the sixth math row is not a shot
+    f = data.select(["mmlupro"])[0][0]
+    short = [r for r in read_rows(TASK_SAMPLES / "mmlupro/validation.jsonl") if r["category"] != "chemistry"]
+    with pytest.raises(DataError, match="category 'chemistry' has 0 validation questions, the few-shot config needs 5"):
+        data.convert_rows(f, read_rows(TASK_SAMPLES / "mmlupro/test.jsonl"), "sample", fewshot_rows=short)
 
 
 def test_mmlu_other_config_refuses_a_foreign_prompt():
