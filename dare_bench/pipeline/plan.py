@@ -163,9 +163,12 @@ def paper_plan(cfg, checkpoint: str | None) -> dict[str, Any]:
         config_source = str(ckpt_dir / "config.json")
         ckpt_config = read_config(ckpt_dir)[0]
         family = detect_family(ckpt_config, config_source).name
-        if family != cfg.backbone:
+        from dare_bench import catalogue
+
+        expected = catalogue.backbone(cfg.backbone).family  # sdar30b is an SDAR, llada2.1 a LLaDA2
+        if family != expected:
             raise CheckpointError(f"{config_source}: a {family} checkpoint, but {cfg.reproduction} needs a "
-                                  f"{cfg.backbone} backbone ({ckpt_id})")
+                                  f"{expected} checkpoint ({ckpt_id})")
         _check_tokenizer(ckpt_dir, ckpt_config)
         model = from_config(ckpt_dir)
     else:

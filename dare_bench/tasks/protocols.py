@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from dare_bench.errors import ConfigError, NotBuiltError
+from dare_bench.errors import ConfigError
 from dare_bench.tasks.base import GradeResult, GraderFn, Item, Task
 
 #: DARE's OpenCompass fork, where each protocol's config file lives (``opencompass/opencompass/configs/datasets/``)
@@ -54,16 +54,6 @@ class Protocol:
     source: str  # the config file in DARE's fork, relative to opencompass/opencompass/configs/datasets/
     messages: Callable[[Any, Item], list[dict[str, str]]]
     grade: Callable[[Any, str, Item], GradeResult]
-
-
-def unavailable(name: str, source: str, why: str) -> Protocol:
-    """A config a registry cell pins but dare-bench cannot run faithfully yet (e.g. its few-shot data is not
-    shipped): accepted as a name, so the cell's entry loads, and refused with `why` when a prompt is built or a
-    completion graded, which the pipeline's plan does before anything is stored."""
-    def refuse(*_args: Any, **_kwargs: Any):
-        raise NotBuiltError(f"OpenCompass protocol {name} is not available: {why}")
-
-    return Protocol(name, source, refuse, refuse)
 
 
 class ProtocolTask(Task):

@@ -124,6 +124,9 @@ SAMPLES = {"mmlupro": "mmlupro/test.jsonl", "hellaswag": "hellaswag/validation.j
            "olympiadbench": "olympiadbench/test.jsonl", "math": "opencompass/math.json"}
 
 
+SHOTS_10 = "hellaswag_train_sampled25.jsonl"  # OpenCompass's shot file of the 10-shot config (hand-written sample)
+
+
 def suite_data(root):
     """A DARE-layout data directory holding small local samples of all twelve benchmarks: DARE's own test files
     where DARE has one, else the hand-written samples converted as `dare-bench data get` converts the real data
@@ -139,8 +142,14 @@ def suite_data(root):
         (root / "rl" / "test").mkdir(parents=True, exist_ok=True)
         shutil.copy(DARE_DATA / "rl" / "test" / f"{name}.parquet", root / "rl" / "test" / f"{name}.parquet")
     tables = {"mmlu": (read_rows(TASK_SAMPLES / "mmlu" / "test.jsonl"),
-                       dict(fewshot_rows=read_rows(TASK_SAMPLES / "mmlu" / "dev.jsonl")))}
+                       dict(fewshot_rows=read_rows(TASK_SAMPLES / "mmlu" / "dev.jsonl"))),
+              "mmlupro": (read_rows(TASK_SAMPLES / "mmlupro" / "test.jsonl"),
+                          dict(fewshot_rows=read_rows(TASK_SAMPLES / "mmlupro" / "validation.jsonl"))),
+              "hellaswag": (read_rows(TASK_SAMPLES / "hellaswag" / "validation.jsonl"),
+                            dict(fewshot_rows=read_rows(TASK_SAMPLES / "hellaswag" / SHOTS_10)))}
     for task, rel in SAMPLES.items():
+        if task in tables:
+            continue
         path = TASK_SAMPLES / rel
         rows = list(json.loads(path.read_text()).values()) if path.suffix == ".json" else read_rows(path)
         tables[task] = (rows, {})
@@ -152,19 +161,26 @@ def suite_data(root):
     return root
 
 
-# SDAR-30B's MMLU-Pro (mmlu_pro_few_shot_gen_bfaf90) and HellaSwag (hellaswag_10shot_gen_e42710) cells: their shots
-# are data dare-bench does not ship (tasks/mmlupro.py, hellaswag.py)
-UNAVAILABLE = {"sdar30b": {"mmlupro", "hellaswag"}}
+def test_a_cell_whose_shots_are_missing_is_refused_before_any_write(tmp_path, monkeypatch):
+    """SDAR-30B's few-shot MMLU-Pro / 10-shot HellaSwag cells need shots in the data (`dare-bench data get
+    mmlupro --hf`, `hellaswag --from <OpenCompass data>`); data written without them is refused at the plan."""
+    from dare_bench.tasks import data
+    from dare_bench.tasks.base import read_rows
 
+    from testpaths import TASK_SAMPLES
 
-def test_a_cell_whose_protocol_cannot_run_is_refused_before_any_write(tmp_path, monkeypatch):
-    monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
+    root = tmp_path / "data"
+    for task, rel in (("mmlupro", "mmlupro/test.jsonl"), ("hellaswag", "hellaswag/validation.jsonl")):
+        f = data.select([task])[0][0]
+        (root / f.path).parent.mkdir(parents=True, exist_ok=True)
+        (root / f.path).write_bytes(data.rows_to_parquet(data.convert_rows(f, read_rows(TASK_SAMPLES / rel), "s")))
+    monkeypatch.setenv("DARE_BENCH_DATA", str(root))
     db = tmp_path / "never.db"
-    for name, config in (("released-sdar30b-mmlupro", "mmlu_pro_few_shot_gen_bfaf90"),
-                         ("released-sdar30b-hellaswag", "hellaswag_10shot_gen_e42710")):
+    for name, command in (("released-sdar30b-mmlupro", "dare-bench data get mmlupro --hf"),
+                          ("released-sdar30b-hellaswag", "dare-bench data get hellaswag --from")):
         res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "reproduce", name, "--scale", "paper",
                               "--dry-run", "--db", f"sqlite:///{db}"], capture_output=True, text=True)
-        assert res.returncode == 2 and f"OpenCompass protocol {config} is not available" in res.stderr
+        assert res.returncode == 2 and "is not available" in res.stderr and command in res.stderr, res.stderr
     assert not db.exists()
 
 
@@ -178,16 +194,9 @@ def test_every_benchmark_of_every_family_on_a_shrunk_checkpoint(backbone, tmp_pa
     monkeypatch.setenv("DARE_BENCH_DATA", str(suite_data(tmp_path / "data")))
     db = f"sqlite:///{tmp_path / 'suite.db'}"
     res, out = _suite(backbone, "--shrunk", "--limit", "1", "--db", db, "--json")
-    rows = {r["benchmark"]: r for r in out["rows"]}
-    refused = UNAVAILABLE.get(backbone, set())
-    assert res.exit_code == (1 if refused else 0), res.output
-    assert len(rows) == 12
-    for bench, r in rows.items():
-        if bench in refused:  # its OpenCompass config's shots are not shipped: refused before any run row
-            assert r["status"] == "failed" and "is not available" in r["message"] and r["run_id"] is None
-        else:
-            assert r["status"] == "finished", r
+    assert res.exit_code == 0, res.output
+    rows = out["rows"]
+    assert len(rows) == 12 and all(r["status"] == "finished" for r in rows), [r for r in rows if r["message"]]
     cells = lb.eval_reproduction(lb.open_reader(db), include_modified=True)
     mine = cells[cells["backbone"] == backbone]
-    assert len(mine) == 12 and mine["reported"].notna().all()
-    assert (mine["runs"] == [0 if c in refused else 1 for c in mine["row"]]).all()
+    assert len(mine) == 12 and (mine["runs"] == 1).all() and mine["reported"].notna().all()
