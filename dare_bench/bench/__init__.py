@@ -3,6 +3,7 @@
     dare-bench bench rollout [--json]    # cached / accelerated vs vanilla samplers, per family
     dare-bench bench memory  [--json]    # BGPO vs naive ELBO peak memory as MC samples grow
     dare-bench bench alignment NAME...   # each RL algorithm's gradient vs the supervised one, on shared rollouts
+    dare-bench bench moe     [--json]    # MoE experts, per-expert loop vs grouped matmuls (block, training, decode)
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import importlib
 
 import typer
 
-BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment"]
+BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment",
+                 "dare_bench.bench.moe"]
 
 
 def register(app: typer.Typer) -> None:
