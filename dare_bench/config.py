@@ -92,6 +92,12 @@ class ModelRef(Strict):
     attention: Literal["sdpa", "flash_attn", "flex"] = Field(
         "sdpa", exclude_if=lambda v: v == "sdpa",
         description="attention backend the model is loaded with (flash_attn: the gpu extra)")
+    # dare_bench.models.moe.MOE_MODES (a test keeps them equal); left out of dumps at the default, like `attention`,
+    # so existing config hashes and pinned baselines do not move. Dense backbones ignore it.
+    moe: Literal["loop", "grouped"] = Field(
+        "loop", exclude_if=lambda v: v == "loop",
+        description="how MoE blocks run their routed experts: loop (official, one expert at a time) or grouped "
+                    "(grouped matmuls over expert-sorted tokens; equal within fp32 rounding)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRef":

@@ -5,6 +5,7 @@
     dare-bench bench alignment NAME...   # each RL algorithm's gradient vs the supervised one, on shared rollouts
     dare-bench bench flex    [--json]    # BD3 training-mask attention at L = 4k: dense sdpa vs FlexAttention
     dare-bench bench packing [--json]    # one training step on d1's length mix, packed (train.packing) vs padded
+    dare-bench bench moe     [--json]    # MoE experts, per-expert loop vs grouped matmuls (block, training, decode)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 import typer
 
 BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment",
-                 "dare_bench.bench.flex", "dare_bench.bench.packing"]
+                 "dare_bench.bench.flex", "dare_bench.bench.packing", "dare_bench.bench.moe"]
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@
     model = load_pretrained("/ckpt/LLaDA-8B-Instruct", dtype="bfloat16", device="cuda")
     meta = from_config("/ckpt/LLaDA-8B-Instruct")               # meta device: names, shapes, parameter count
     set_attention(model, "flex")                        # sdpa | flash_attn | flex; or load_pretrained(attention=)
+    set_moe(model, "grouped")                           # MoE experts: loop | grouped; or load_pretrained(moe=)
 """
 
 from __future__ import annotations
@@ -20,3 +21,4 @@ from dare_bench.models.base import (  # noqa: F401
 )
 from dare_bench.models.families import FAMILIES, FamilySpec, detect_family, register_family  # noqa: F401
 from dare_bench.models.io import from_config, load_pretrained, load_tokenizer, set_attention  # noqa: F401
+from dare_bench.models.moe import set_moe  # noqa: F401

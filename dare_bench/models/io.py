@@ -21,6 +21,7 @@ from dare_bench.errors import CheckpointError
 from dare_bench.fileio import atomic_directory
 from dare_bench.models.families import FAMILIES, detect_family
 from dare_bench.models.layers import check_backend
+from dare_bench.models.moe import check_moe, set_moe
 from dare_bench.models.presets import PRESETS, preset_config
 
 if TYPE_CHECKING:  # for annotations only: base.py (DiffusionLM.save_pretrained) imports this module
@@ -139,10 +140,12 @@ def set_attention(model, name: str):
 
 
 def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int | None = 0,
-                    attention: str = "sdpa") -> DiffusionLM:
+                    attention: str = "sdpa", moe: str = "loop") -> DiffusionLM:
     """Load a checkpoint directory, or build a preset (`tiny-llada`, ...) with a seeded random init; `attention` is
-    the attention backend (checked before any weight is read)."""
+    the attention backend (checked before any weight is read); `moe` how MoE blocks run their experts
+    (`models.moe.set_moe`: loop | grouped; dense backbones ignore it)."""
     check_backend(attention)
+    check_moe(moe)
     dtype = resolve_dtype(dtype)
     p = Path(str(path_or_preset)).expanduser()
     if not p.exists():
@@ -153,7 +156,7 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
                     torch.manual_seed(seed)
                 model = build_model(config, device="cpu", dtype=torch.float32, source=str(path_or_preset))
                 model.init_weights()
-            return set_attention(model.to(device=device, dtype=dtype).eval(), attention)
+            return set_moe(set_attention(model.to(device=device, dtype=dtype).eval(), attention), moe)
         raise CheckpointError(f"{p}: no such checkpoint directory or model preset")
     if not p.is_dir():
         raise CheckpointError(f"{p}: expected a checkpoint directory")
@@ -166,7 +169,7 @@ def load_pretrained(path_or_preset, *, dtype="float32", device="cpu", seed: int 
     if gen_cfg.exists():
         model.generation_config = json.loads(gen_cfg.read_text())
     model.name_or_path = str(p)
-    return set_attention(model.to(device=device).eval(), attention)
+    return set_moe(set_attention(model.to(device=device).eval(), attention), moe)
 
 
 def _is_weight_file(name: str) -> bool:

@@ -55,6 +55,7 @@ from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import RMSNorm, SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
+from dare_bench.models.moe import RoutedExperts
 from dare_bench.models.presets import register_preset
 
 DEFAULT_BLOCK_SIZE = 32
@@ -152,7 +153,8 @@ class LLaDA2SparseMoe(nn.Module):
         hidden = cfg["hidden_size"]
         inter = cfg["moe_intermediate_size"]
         self.top_k = int(_cfg(cfg, "num_experts_per_tok", 2))
-        self.experts = nn.ModuleList(SwiGLU(hidden, inter) for _ in range(_num_experts(cfg)))
+        # a ModuleList of SwiGLU experts (official key names) that can also run them grouped (models/moe.py)
+        self.experts = RoutedExperts(_num_experts(cfg), hidden, inter)
         self.gate = LLaDA2Gate(cfg)
         # upstream builds the shared MLP whenever the field is not None (even 0: a zero-width MLP with weights)
         n_shared = cfg.get("num_shared_experts", 0)
@@ -162,20 +164,28 @@ class LLaDA2SparseMoe(nn.Module):
         b, L, h = x.shape
         flat = x.reshape(-1, h)
         idx, w, logits = self.gate(flat)
-        # dispatch as the official moe_infer: (token, slot) pairs sorted by expert, one host sync for the counts
+        # dispatch as the official moe_infer: (token, slot) pairs sorted by expert (the loop reads the counts on the
+        # host once; the grouped path keeps them on the device)
         flat_idx = idx.reshape(-1)
         order = flat_idx.argsort()
-        counts = torch.bincount(flat_idx, minlength=len(self.experts)).tolist()
+        counts = torch.bincount(flat_idx, minlength=len(self.experts))
         tokens = flat[order // self.top_k]
-        outs, start = [], 0
-        for e, n in enumerate(counts):
-            if n:
-                outs.append(self.experts[e](tokens[start:start + n]))
-                start += n
-        buf = torch.empty_like(tokens)
-        buf[order] = torch.cat(outs)
-        # official: expert outputs in the weight dtype (fp32) times the weights, summed over k, cast back
-        y = (buf.view(*idx.shape, h).float() * w[..., None]).sum(dim=1).to(flat.dtype).view(b, L, h)
+        grouped = self.experts.grouped_weights()
+        if grouped is not None:  # model.moe = grouped: two grouped matmuls over the sorted rows
+            out = self.experts.grouped(tokens, counts, grouped)
+        else:  # the official per-expert loop
+            outs, start = [], 0
+            every = self.experts.every_expert_gets_a_gradient()
+            for e, n in enumerate(counts.tolist()):
+                if n or every:
+                    outs.append(self.experts[e](tokens[start:start + n]))
+                    start += n
+            out = torch.cat(outs)
+        # official moe_infer: new_x = empty_like(outs) (the experts' output dtype: bf16 under autocast), the
+        # outputs times the fp32 weights, summed over k, cast back to that dtype
+        buf = torch.empty_like(out)
+        buf[order] = out
+        y = (buf.view(*idx.shape, h).float() * w[..., None]).sum(dim=1).to(buf.dtype).view(b, L, h)
         if self.shared_experts is not None:
             y = y + self.shared_experts(x)
         return y, (logits.view(b, L, -1), idx.view(b, L, -1))

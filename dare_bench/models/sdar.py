@@ -42,6 +42,7 @@ from dare_bench.models.block import resolve_attention, skip_init_on_meta
 from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
+from dare_bench.models.moe import RoutedExperts, cpu_chunks
 from dare_bench.models.presets import register_preset
 
 DEFAULT_BLOCK_SIZE = 4
@@ -107,7 +108,8 @@ class Qwen3MoeBlock(nn.Module):
         self.top_k = cfg["num_experts_per_tok"]
         self.norm_topk_prob = bool(cfg.get("norm_topk_prob", False))
         self.gate = nn.Linear(hidden, self.num_experts, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(hidden, cfg["moe_intermediate_size"]) for _ in range(self.num_experts))
+        # a ModuleList of SwiGLU experts (official key names) that can also run them grouped (models/moe.py)
+        self.experts = RoutedExperts(self.num_experts, hidden, cfg["moe_intermediate_size"])
 
     def forward(self, x: torch.Tensor):
         b, L, h = x.shape
@@ -121,12 +123,43 @@ class Qwen3MoeBlock(nn.Module):
         # experts in index order, accumulated with index_add_ as transformers' Qwen3-MoE; one host sync for counts
         flat_idx = idx.reshape(-1)
         order = flat_idx.argsort(stable=True)
-        counts = torch.bincount(flat_idx, minlength=self.num_experts).tolist()
+        counts = torch.bincount(flat_idx, minlength=self.num_experts)
         tok_all, w_all = order // self.top_k, weights.reshape(-1)[order]
+        grouped = self.experts.grouped_weights()
+        if grouped is not None:
+            # model.moe = grouped: every expert in two grouped matmuls over the expert-sorted rows
+            chunks = cpu_chunks(flat.device, tok_all.shape[0], h, counts)
+            if chunks is not None:
+                # thousands of rows on CPU: chunks of experts, each gathered, computed and added (per expert, in
+                # index order, as the loop does) while its rows are still in cache
+                out = torch.zeros_like(flat)
+                for e0, e1, r0, r1 in chunks:
+                    tok = tok_all[r0:r1]
+                    y = self.experts.grouped(flat[tok], counts[e0:e1], grouped, experts=(e0, e1))
+                    y = (y * w_all[r0:r1, None]).to(flat.dtype)
+                    start = 0
+                    for n in counts[e0:e1].tolist():
+                        if n:
+                            out.index_add_(0, tok[start:start + n], y[start:start + n])
+                            start += n
+                return out.view(b, L, h), (router_logits.view(b, L, -1), idx.view(b, L, -1))
+            y = (self.experts.grouped(flat[tok_all], counts, grouped) * w_all[:, None]).to(flat.dtype)
+            if self.top_k <= 2:  # 0 + a + b rounds alike in any order: one index_add_ is the loop's sum
+                out = torch.zeros_like(flat).index_add_(0, tok_all, y)
+            else:  # each token's k outputs added in expert-index order, one rounding per add, as the loop does
+                rank = idx.argsort(dim=1).argsort(dim=1).reshape(-1)  # slot -> its expert's rank in the token
+                buf = torch.empty_like(y)
+                buf[tok_all * self.top_k + rank[order]] = y
+                buf = buf.view(-1, self.top_k, h)
+                out = buf[:, 0]
+                for r in range(1, self.top_k):
+                    out = out + buf[:, r]
+            return out.view(b, L, h), (router_logits.view(b, L, -1), idx.view(b, L, -1))
         out = torch.zeros_like(flat)
         start = 0
-        for e, n in enumerate(counts):
-            if n:
+        every = self.experts.every_expert_gets_a_gradient()
+        for e, n in enumerate(counts.tolist()):
+            if n or every:
                 tok = tok_all[start:start + n]
                 y = self.experts[e](flat[tok]) * w_all[start:start + n, None]
                 out.index_add_(0, tok, y.to(flat.dtype))

@@ -49,12 +49,15 @@ def load_base(ctx: RunContext) -> Base:
         from dare_bench.models.io import set_attention
 
         set_attention(model, cfg.profile.model.attention)  # the post-training backend (the base trains in sdpa)
+        from dare_bench.models.moe import set_moe
+
+        set_moe(model, cfg.profile.model.moe)  # likewise the MoE expert path (the base trains with the loop)
         template = "plain"
     else:  # the real checkpoint (a shrunk one on CPU in the tests)
         from dare_bench.models import load_pretrained, load_tokenizer
 
         model = load_pretrained(ctx.paper_dir, dtype=cfg.profile.model.dtype, device=ctx.device,
-                                attention=cfg.profile.model.attention)
+                                attention=cfg.profile.model.attention, moe=cfg.profile.model.moe)
         tokenizer = load_tokenizer(ctx.paper_dir)
         train_data = drop_overlong(cfg, ctx.log, task, train_data, tokenizer, tokenizer)
         base_dir = dare_bench_home() / "bases" / f"paper-{cfg.backbone}-{cfg.task}-{cfg.content_hash[:16]}"
