@@ -38,6 +38,7 @@ import re
 
 from dare_bench.sandbox import run_code
 from dare_bench.tasks.base import GradeResult
+from dare_bench.tasks.graders import dare
 
 # ---------------------------------------------------------------------------------------------------- GSM8K
 
@@ -65,22 +66,8 @@ def gsm8k_equal(pred: str, refer: str) -> bool:
 # ---------------------------------------------------------------------------------------------------- MATH
 
 
-def last_boxed_only_string(text: str) -> str | None:
-    """opencompass/datasets/math.py::last_boxed_only_string: the last \\boxed (else \\fbox) up to its balanced '}'."""
-    start = text.rfind("\\boxed")
-    if start < 0:
-        start = text.rfind("\\fbox")
-        if start < 0:
-            return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        if text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i + 1]
-    return None
+# opencompass/datasets/math.py::last_boxed_only_string is the same function as verl's (DARE's reward): one copy
+last_boxed_only_string = dare.last_boxed_only_string
 
 
 def extract_boxed_answer(text: str, strip_double_curly_brace: bool = False) -> str | None:
