@@ -108,8 +108,9 @@ def test_export_reported_scores(tmp_path, spec, db_url):
     rows = list(csv.DictReader(io.StringIO(text)))
     bgpo = [r for r in rows if r["reproduction"] == "bgpo-llada-sudoku"]
     assert len(bgpo) == 1 and float(bgpo[0]["value"]) == 42.6 and "yjyddq/DARE" in bgpo[0]["source"]
-    tables = {r["table"] for r in rows if r["reproduction"] == "baseline-llada-gsm8k"}
-    assert tables == {"dare-algorithm-comparison", "dare-eval-reproduction"}
+    tables = {r["reproduction"]: {x["table"] for x in rows if x["reproduction"] == r["reproduction"]} for r in rows}
+    assert tables["baseline-llada-gsm8k"] == {"dare-algorithm-comparison"}  # the two protocols: two entries
+    assert tables["released-llada-gsm8k"] == {"dare-eval-reproduction"}
 
 
 def test_find_runs_by_config(spec, db_url):
