@@ -238,14 +238,8 @@ def humaneval_postprocess_v2(text: str) -> str:
     return text.lstrip()
 
 
-_MBPP_PATTERNS = (
-    r"\[BEGIN\]\s*'(.*)'\s*\[DONE\]", r"BEGIN\s*'(.*)'\s*\[DONE\]", r"\[BEGIN\]\s*'(.*)'\s*DONE",
-    r"BEGIN\s*'(.*)'\s*DONE", r"\[BEGIN\]\s*'(.*)\s*\[DONE\]", r"BEGIN\s*'(.*)\s*\[DONE\]",
-    r"\[BEGIN\]\s*'(.*)\s*DONE", r"BEGIN\s*'(.*)\s*DONE", r"\[BEGIN\]\s*(.*)\s*\[DONE\]", r"BEGIN\s*(.*)\s*\[DONE\]",
-    r"\[BEGIN\]\s*(.*)\s*DONE", r"BEGIN\s*(.*)\s*DONE", r"```python\s*(.*)\s*```", r"```\s*(.*)\s*```",
-    r"```python\s*(.*)\s*$", r"```\s*(.*)\s*$", r"(.*)\s*```.*", r"\[BEGIN\]\s*'(.*)", r"\[BEGIN\](.*)",
-    r"'(.*)'\s*\[DONE\]",
-)
+# MBPPEvaluator._process_answer tries the same patterns, in the same order, as DARE's verl reward (graders/dare.py)
+_MBPP_PATTERNS = tuple(dare._MBPP_PATTERNS)
 
 
 def mbpp_process_answer(text: str) -> str:
