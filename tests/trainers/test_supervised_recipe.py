@@ -161,7 +161,8 @@ def test_pipeline_maps_every_recipe_field():
                           adam_betas=(0.8, 0.9), max_grad_norm=None, epochs=3, batch_prompts=64)
     r = _recipe(train)
     assert r == {"steps": None, "epochs": 3, "lr": 1e-5, "betas": (0.8, 0.9), "weight_decay": 0.1,
-                 "lr_schedule": "cosine_with_min_lr", "warmup_steps": 7, "grad_clip": None, "order": "epochs"}
+                 "lr_schedule": "cosine_with_min_lr", "warmup_steps": 7, "grad_clip": None, "order": "epochs",
+                 "lm_head_chunk_tokens": None, "packing": False}
     # both configs accept the whole mapping (a field renamed on either side fails here)
     SFTConfig(**r)
     PreferenceConfig(**r)
