@@ -72,6 +72,10 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     if scale is None and chosen_scale == "tiny":
         log("no GPU found: running the `tiny` scale (use --scale paper with a GPU and --checkpoint for the recipe)")
     spec, cfg = resolve(name, chosen_scale, overrides)
+    if cfg.profile.eval.engine == "opencompass":
+        from dare_bench.evaluators.opencompass import require_opencompass
+
+        require_opencompass()  # the missing extra fails the dry run too, not only the run after it
     run_seed = cfg.profile.seeds[0] if seed is None else int(seed)
     common = dict(name=spec.name, scale=chosen_scale, seed=run_seed, config_hash=cfg.content_hash,
                   modified=cfg.modified, metric=cfg.profile.eval.metric)
@@ -99,10 +103,6 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     from dare_bench.models.layers import check_backend
 
     check_backend(cfg.profile.model.attention)  # a missing extra (flash-attn) fails here, before any row
-    if cfg.profile.eval.engine == "opencompass":
-        from dare_bench.evaluators.opencompass import require_opencompass
-
-        require_opencompass()  # likewise the opencompass extra
     if paper and run_device == "cpu":
         warnings.warn(f"{spec.name}: running the paper recipe on CPU (--device cpu); meant for checks with shrunk "
                       "checkpoints, a full-size model is far too slow", stacklevel=2)

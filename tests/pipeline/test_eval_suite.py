@@ -2,6 +2,7 @@
 checkpoints over small local samples (the path, not the score): stored runs, ours vs reported, resume, shards,
 bad input."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -201,3 +202,13 @@ def test_every_benchmark_of_every_family_on_a_shrunk_checkpoint(backbone, tmp_pa
     cells = lb.eval_reproduction(lb.open_reader(db), include_modified=True)
     mine = cells[cells["backbone"] == backbone]
     assert len(mine) == 12 and (mine["runs"] == 1).all() and mine["reported"].notna().all()
+
+
+@pytest.mark.extra
+@pytest.mark.skipif(importlib.util.find_spec("opencompass") is not None,
+                    reason="checks the message shown when the extra is missing")
+def test_a_dry_run_through_opencompass_without_the_extra_fails_like_the_run(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "reproduce", "released-sdar-gsm8k", "--scale",
+                          "paper", "--dry-run", "eval.engine=opencompass"], capture_output=True, text=True,
+                         env={**__import__("os").environ, "DARE_BENCH_DATA": str(DARE_DATA)})
+    assert res.returncode == 2 and "opencompass is not installed" in res.stderr
