@@ -10,7 +10,7 @@ never records anything: a baseline changes only through `--record`, whose output
     dare-bench check --db sqlite:///runs.db --json           # compare the latest matching runs already in the store
     dare-bench check --record sft-llada-sudoku --seeds 3     # (re-)record a baseline: 3 seeds, always afresh,
                                                              # keeping the overrides it pins (-o key=value: new ones)
-    dare-bench check --record-gradients                      # (re-)record every plug-in's gradient snapshot
+    dare-bench check --record-gradients                      # (re-)record every algorithm's gradient snapshot
     git diff dare_bench/reproductions/baselines/             # review the recorded change before committing it
 
 CPU only (micro / tiny scales run on CPU); one GPU or torchrun: not needed, the checks run the CPU scales.
@@ -29,9 +29,10 @@ reward_mean (RL) and loss (every trainer): the mean residual against the recorde
 the residuals. A micro base can score 0 accuracy on every item; score / mean_reward (continuous) and the curves
 still move, which is why they are checked too.
 
-Gradient snapshots (check/gradients.py, baselines/gradients.json): every RL plug-in's loss, gradient norm and a
-64-dim projection of its gradient on a pinned micro rollout batch, compared on every check (`--no-gradients`
-skips; `--record-gradients` re-records): a sign-flipped or rescaled loss moves no micro score, but fails here.
+Gradient snapshots (check/gradients.py, baselines/gradients.json): every trained algorithm's (each RL plug-in,
+sft, lora, vrpo) loss, gradient norm and a 64-dim projection of its gradient on a pinned micro batch, compared on
+every check (`--no-gradients` skips; `--record-gradients` re-records): a sign-flipped or rescaled loss moves no
+micro score, but fails here.
 
 The tolerance rule, and why:
 * A baseline holds K >= 2 seeds of the same config (default 3). A check run on another machine differs from the
@@ -182,8 +183,9 @@ def _latest_run(store, name: str, scale: str, config_hash: str) -> tuple[int | N
 def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str | None = None, run: bool = False,
               baselines: str | None = None, alpha: float = DEFAULT_ALPHA, reuse_cache: bool = False,
               threads: int | None = DEFAULT_THREADS, gradients: bool = True, log: Log = print) -> dict[str, Any]:
-    """Check `names` (default: every reproduction with a baseline at `scale`) and, with `gradients`, every RL
-    plug-in's gradient snapshot (baselines/gradients.json, see check/gradients.py); returns the JSON report."""
+    """Check `names` (default: every reproduction with a baseline at `scale`) and, with `gradients`, every
+    trained algorithm's gradient snapshot (baselines/gradients.json, see check/gradients.py); returns the JSON
+    report."""
     from dare_bench.check import baseline as bl
     from dare_bench.check import compare as cmp
     from dare_bench.check import stats
@@ -274,7 +276,7 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
 
 def record_gradients(*, baselines: str | None = None, threads: int | None = DEFAULT_THREADS,
                      log: Log = print) -> Path:
-    """Record every RL plug-in's gradient snapshot into <baselines>/gradients.json; returns its path."""
+    """Record every algorithm's gradient snapshot into <baselines>/gradients.json; returns its path."""
     from dare_bench.check import baseline as bl
     from dare_bench.check import gradients as gr
 
@@ -407,10 +409,11 @@ def register(app: typer.Typer) -> None:
                                                                       "(recorded with the baseline's hardware)."),
         reuse_cache: bool = typer.Option(False, "--reuse-cache", help="Reuse cached SFT bases and base evaluations "
                                                                       "(faster; blind to changes below them)."),
-        gradients: bool = typer.Option(True, "--gradients/--no-gradients", help="Also compare every RL plug-in's "
-                                       "gradient snapshot on its pinned micro batch with <baselines>/gradients.json "
-                                       "(loss, gradient norm, cosine of a 64-dim projection; seconds)."),
-        record_grads: bool = typer.Option(False, "--record-gradients", help="Record every RL plug-in's gradient "
+        gradients: bool = typer.Option(True, "--gradients/--no-gradients", help="Also compare every trained "
+                                       "algorithm's gradient snapshot on its pinned micro batch with "
+                                       "<baselines>/gradients.json (loss, gradient norm, cosine of a 64-dim "
+                                       "projection; seconds)."),
+        record_grads: bool = typer.Option(False, "--record-gradients", help="Record every algorithm's gradient "
                                           "snapshot into <baselines>/gradients.json instead of checking."),
     ) -> None:
         """CI regression check: compare runs with the pinned baselines (exit 0 pass, 1 regression, 2 unchecked)."""
@@ -418,7 +421,7 @@ def register(app: typer.Typer) -> None:
         try:
             if record_grads:
                 if record or names:
-                    raise ConfigError("--record-gradients records every plug-in's snapshot; it takes no names "
+                    raise ConfigError("--record-gradients records every algorithm's snapshot; it takes no names "
                                       "and no --record")
                 typer.echo(str(record_gradients(baselines=baselines, threads=threads, log=log)))
                 return

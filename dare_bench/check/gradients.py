@@ -1,10 +1,10 @@
-"""Gradient snapshots: every RL plug-in's loss and gradient on a pinned rollout batch, for `dare-bench check`.
+"""Gradient snapshots: every trained algorithm's loss and gradient on a pinned batch, for `dare-bench check`.
 
 Why: at micro scale a sign-flipped RL loss passes the score / curve checks (the GRPO loss is 0 at mu = 1, the grad
 norm keeps its size, and 3 steps move scores by about one item). A snapshot of the gradient itself does not: a flip
 turns it around (cosine -1), a rescale changes its norm.
 
-What: for each plug-in x backbone (one backbone per attention kind the plug-in declares: LLaDA for bidirectional,
+What, RL: for each plug-in x backbone (one backbone per attention kind the plug-in declares: LLaDA for bidirectional,
 SDAR for block-causal), a micro model from a fixed seed, a toy "reverse the 3 digits" task with a dense reward, one
 rollout batch through the loop's own `rollout_batch` (so trajectories, graders and plug-in-owned rollouts are what
 the loop hands over) with a fixed generator, then `advantages` -> `prepare` -> `backward` (mu = 1, iteration 0;
@@ -12,6 +12,15 @@ with a KL term to a second micro model where the plug-in takes one). Recorded: t
 64-dim fixed random projection of the flattened gradient (Gaussian rows drawn chunk-wise from a seeded
 torch.Generator: no D x 64 matrix is materialised), and a fingerprint of the rollout batch (a failure with a changed
 fingerprint means the sampler, the model or the task moved, not necessarily the loss).
+
+The catalogue's trained algorithms without a plug-in (SUPERVISED) on both backbones, through the per-batch loss
+their trainer steps with: sft (`sft.sft_batch_loss`: the masked-diffusion SFT loss; on SDAR the BD3 `[noisy; clean]`
+layout) on the gold reversals as the pipeline builds them (`sft_examples`, EOS-padded to 8), 16 rows; lora the same
+on the micro model wrapped by `trainers.lora.apply_lora` (r 8, alpha 16), the adapters' gradient only; vrpo
+(`preference.preference_batch_loss`: DPO on the ELBO, 2 MC samples, antithetic masks, beta 0.2) on 8 fixed pairs
+(chosen the reversal, rejected the digits copied) against a second micro model as the reference. Noise and masks
+from a fixed generator; the fingerprint is of the collated batch. `tests/check/test_gradient_snapshots.py`
+enumerates the catalogue, so an algorithm that trains without a snapshot fails there.
 
     dare-bench check                          # compares every snapshot (with the score checks); --no-gradients skips
     dare-bench check --record-gradients       # (re-)records dare_bench/reproductions/baselines/gradients.json
@@ -43,10 +52,17 @@ PROMPTS, GROUP = 4, 4  # 16 rows
 SAMPLER = {"gen_length": 8, "steps": 8, "temperature": 0.9}
 KL_BETA = 0.04  # exercises the reference branch where the plug-in takes a KL term (spg, wd1, tracerl refuse one)
 MC_SAMPLES = 2  # for plug-ins whose default is more (BGPO / EBPO: 16): same code path, 8x cheaper
+# The catalogue's trained algorithms without an RL plug-in, each snapshotted on every backbone above (their losses
+# take the attention kind from the backbone's traits): sft and lora (kind sft) through `sft.sft_batch_loss`, vrpo
+# (kind preference) through `preference.preference_batch_loss`, the per-batch losses their trainers step with.
+SUPERVISED = ("sft", "lora", "vrpo")
+SFT_COPIES, PAIR_COPIES = GROUP, 2  # each prompt 4x in the SFT batch (16 rows), 2x in VRPO's (8 pairs, 16 rows)
+LORA = dict(r=8, alpha=16, dropout=0.0)  # the tiny / micro adapters (reproductions/_defaults/algorithms/lora.yaml)
+VRPO = dict(beta=0.2, mc_samples=2)  # dpo_beta's default, the micro MC budget (_defaults/kinds/preference.yaml)
 DIMS = 64
 CHUNK = 1 << 16  # gradient entries per projection block: at most DIMS x CHUNK random numbers at a time
 
-# Tolerances: TOL_FACTOR x the largest noise `noise()` measured over the 15 entries (Intel Xeon, torch 2.13 CPU,
+# Tolerances: TOL_FACTOR x the largest noise `noise()` measured over the 15 RL entries (Intel Xeon, torch 2.13 CPU,
 # float32, recorded at 1 thread), with a floor. Measured maxima:
 #                                       1 - cos      |norm ratio - 1|   |d loss| / |loss|   (|d loss|)
 #   1 vs 2 torch threads                 8.2e-15      6.5e-9             0                  (0)
@@ -59,6 +75,10 @@ CHUNK = 1 << 16  # gradient entries per projection block: at most DIMS x CHUNK r
 #     vs AVX-512 kernels, other reduction orders) differs from this machine's float32 result by about its float32
 #     rounding error, which is what this measures. 1 - cos is quadratic in a relative perturbation (4.7e-14 is a
 #     ~3e-7 perturbation), hence its floor.
+# The 6 sft / lora / vrpo entries, measured the same way, lie under these (maxima): 1 vs 2 threads 2.2e-16 / 0 / 0;
+# two micro-batches (data-parallel shares of the same loss) 1.9e-14 / 3.3e-8 / 1.3e-7; float64 4.6e-14 / 9.5e-8 /
+# 8.6e-8 (the sft / lora loss difference is 0 there: sft_loss takes its cross-entropy in float32), so the tolerances
+# stand as derived.
 # A sampler near-tie on another platform could still change a rollout token: then the batch fingerprint differs,
 # the failure says so, and the entry must be re-recorded there (none seen at 1 vs 2 threads or float64).
 # Any of these still fails a loss changed by more than ~1e-3 of its gradient: a flip gives 1 - cos = 2, a x2 / x0.5
@@ -78,6 +98,12 @@ class CharTokenizer:
 
     pad_token_id, eos_token_id, mask_token_id, bos_token_id = PAD, EOS, MASK, None
     _chars = "0123456789:"
+
+    def __call__(self, texts, add_special_tokens: bool = False) -> dict[str, Any]:
+        """A batch call as the pipeline's example builders make it (`pipeline.examples.sft_examples`)."""
+        one = isinstance(texts, str)
+        ids = [self.encode(t) for t in ([texts] if one else texts)]
+        return {"input_ids": ids[0] if one else ids}
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [self._chars.index(ch) for ch in text]
@@ -106,6 +132,9 @@ class _ReverseTask:
     def format_prompt(self, item: str, template: Any = "plain") -> str:
         return item + ":"
 
+    def format_answer(self, item: str, grader: str | None = None) -> str:
+        return item[::-1]
+
     def grade(self, completion: str, item: str, grader: str = "dare") -> _Grade:
         target = item[::-1]
         close = [1 - abs(int(a) - int(b)) / 9 if a.isdigit() else 0.0 for a, b in zip(completion[:3], target)]
@@ -133,11 +162,13 @@ def micro_model(backbone: str, seed: int, **overrides):
 
 
 def entries() -> list[tuple[str, str]]:
-    """(plug-in, backbone) of every snapshot: every RL plug-in on one backbone per attention kind it declares."""
+    """(algorithm, backbone) of every snapshot: every RL plug-in on one backbone per attention kind it declares,
+    then sft, lora and vrpo on one backbone per attention kind."""
     from dare_bench.trainers.algorithms.base import get_algorithm, list_algorithms
 
-    return [(name, BACKBONES[kind]) for name in list_algorithms()
-            for kind in get_algorithm(name).attention_kinds if kind in BACKBONES]
+    return ([(name, BACKBONES[kind]) for name in list_algorithms()
+             for kind in get_algorithm(name).attention_kinds if kind in BACKBONES]
+            + [(name, backbone) for name in SUPERVISED for backbone in BACKBONES.values()])
 
 
 def _plugin(name: str, traits):
@@ -157,12 +188,19 @@ def _plugin(name: str, traits):
         return cls(config, traits), config
 
 
-def _fingerprint(batch) -> str:
+def _digest(tensors, extra: bytes = b"") -> str:
+    import torch
+
     h = hashlib.sha256()
-    for t in (batch.prompt_ids, batch.completion_ids, batch.completion_mask):
-        h.update(t.cpu().to(dtype=__import__("torch").int64).numpy().tobytes())
-    h.update(repr([round(float(r), 6) for r in batch.rewards]).encode())
+    for t in tensors:
+        h.update(torch.as_tensor(t).cpu().to(dtype=torch.int64).numpy().tobytes())
+    h.update(extra)
     return "sha256:" + h.hexdigest()[:16]
+
+
+def _fingerprint(batch) -> str:
+    return _digest((batch.prompt_ids, batch.completion_ids, batch.completion_mask),
+                   repr([round(float(r), 6) for r in batch.rewards]).encode())
 
 
 def _micro_slices(rows: int, parts: int, block: int) -> list[slice]:
@@ -200,6 +238,9 @@ def snapshot(algorithm: str, backbone: str, *, dtype=None, micro_batches: int = 
 
     from dare_bench.trainers.loop import rollout_batch
 
+    if algorithm in SUPERVISED:
+        return _supervised_snapshot(algorithm, backbone, dtype=dtype, micro_batches=micro_batches)
+
     policy = micro_model(backbone, POLICY_SEED)
     algo, config = _plugin(algorithm, policy.traits)
     reference = micro_model(backbone, REFERENCE_SEED) if algo.config.kl_beta > 0 else None
@@ -235,6 +276,74 @@ def snapshot(algorithm: str, backbone: str, *, dtype=None, micro_batches: int = 
             "micro_batches": len(slices), "batch_fingerprint": _fingerprint(batch),
             "reward_mean": float(batch.rewards.mean()), "loss": loss, "grad_norm": norm,
             "projection": project(params)}
+
+
+def _pinned_examples():
+    """The SFT batch as the pipeline builds it (`sft_examples`: prompt, gold reversal, EOS-padded to the 8-token
+    completion), each prompt SFT_COPIES times; and VRPO's pairs, each prompt PAIR_COPIES times: chosen the reversal,
+    rejected the digits copied unreversed (both + EOS)."""
+    from dare_bench.pipeline.examples import sft_examples
+    from dare_bench.trainers.preference import PreferencePair
+
+    task, tok = _ReverseTask(), CharTokenizer()
+    examples = sft_examples(task, tok, task.items, "plain", "dare", pad_to=SAMPLER["gen_length"]) * SFT_COPIES
+    pairs = [PreferencePair(tok.encode(task.format_prompt(item)), tok.encode(task.format_answer(item)) + [EOS],
+                            tok.encode(item) + [EOS]) for item in task.items] * PAIR_COPIES
+    return examples, pairs
+
+
+def _supervised_snapshot(algorithm: str, backbone: str, *, dtype=None, micro_batches: int = 1) -> dict[str, Any]:
+    """`snapshot` of sft / lora / vrpo: the trainer's per-batch loss on the pinned batch, noise / masks from a fixed
+    generator, then backward. lora: the project's `apply_lora` on the micro model (the micro adapters), the
+    gradient of the adapters only (the trainable parameters). vrpo: against a second micro model as the reference
+    (so the margin, hence the loss, is not log 2 by construction), antithetic masks (the default).
+    `micro_batches` > 1 splits the rows as data-parallel ranks do (the whole batch's noise drawn from the same
+    generator state, each share's loss at weight 1 / n)."""
+    import torch
+
+    from dare_bench.config import LoraSettings
+    from dare_bench.trainers import preference, sft
+
+    examples, pairs = _pinned_examples()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(POLICY_SEED)  # peft draws the adapters' A from the global RNG
+        policy = micro_model(backbone, POLICY_SEED)
+        config: dict[str, Any] = {}
+        if algorithm == "lora":
+            from dare_bench.trainers.lora import apply_lora
+
+            policy = apply_lora(policy, LoraSettings(**LORA))
+            config = dict(LORA)
+        reference = micro_model(backbone, REFERENCE_SEED).eval().requires_grad_(False) if algorithm == "vrpo" else None
+        if dtype is not None:
+            policy.to(dtype)
+            if reference is not None:
+                reference.to(dtype)
+        policy.train()
+        if algorithm == "vrpo":
+            cfg = preference.PreferenceConfig(batch_pairs=len(pairs), **VRPO)
+            config = dict(VRPO, antithetic=cfg.antithetic)
+            units, fingerprint = len(pairs), _digest(preference.interleave_pairs(pairs, EOS))
+        else:
+            cfg = sft.SFTConfig(batch_size=len(examples))
+            config = dict(config, eps=cfg.eps)
+            units, fingerprint = len(examples), _digest(sft.collate(examples, EOS))
+        policy.zero_grad(set_to_none=True)
+        slices = _micro_slices(units, micro_batches, 1)
+        loss = 0.0
+        for sl in slices:
+            noise = torch.Generator().manual_seed(PREPARE_SEED)  # every share draws the whole batch's noise
+            if algorithm == "vrpo":
+                value, _ = preference.preference_batch_loss(policy, reference, pairs, cfg, noise, pairs=sl)
+            else:
+                value = sft.sft_batch_loss(policy, examples, cfg, noise, rows=sl)
+            (value / len(slices)).backward()
+            loss += float(value.detach()) / len(slices)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    norm = math.sqrt(sum(float(p.grad.detach().double().pow(2).sum()) for p in params if p.grad is not None))
+    return {"algorithm": algorithm, "backbone": backbone, "config": config,
+            "rows": 2 * units if algorithm == "vrpo" else units, "micro_batches": len(slices),
+            "batch_fingerprint": fingerprint, "loss": loss, "grad_norm": norm, "projection": project(params)}
 
 
 def key(algorithm: str, backbone: str) -> str:
@@ -325,7 +434,7 @@ def record(log: Callable[[str], Any] = print) -> dict[str, Any]:
 
 
 def check(directory: Path, log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
-    """One report entry per plug-in x backbone (status pass | fail | error, checks as `compare`); [] when the
+    """One report entry per algorithm x backbone (status pass | fail | error, checks as `compare`); [] when the
     directory holds no snapshot file."""
     import time
 
@@ -341,8 +450,8 @@ def check(directory: Path, log: Callable[[str], Any] = print) -> list[dict[str, 
                  "status": "error", "run_id": None, "seed": None, "wall_seconds": None, "message": "", "checks": []}
         out.append(entry)
         if name not in expected:
-            entry["message"] = f"{name} is no plug-in x backbone any more; re-record (dare-bench check " \
-                               "--record-gradients)"
+            entry["message"] = f"{name} is no algorithm x backbone of the snapshots any more; re-record " \
+                               "(dare-bench check --record-gradients)"
             continue
         if name not in recorded:
             entry["message"] = f"no gradient snapshot for {name} in {path}; record it (dare-bench check " \

@@ -1,8 +1,10 @@
 """DPO on the ELBO and VRPO (LLaDA 1.5, algorithms.md §7) for diffusion LMs.
 
-    from dare_bench.trainers.preference import PreferenceConfig, PreferenceRunOptions, train_preference
+    from dare_bench.trainers.preference import (PreferenceConfig, PreferenceRunOptions, preference_batch_loss,
+                                                train_preference)
     train_preference(policy, pairs, PreferenceConfig(steps=50, lr=1e-5, mc_samples=4, beta=0.2),
                      PreferenceRunOptions(reference=reference, sink=print))
+    loss, metrics = preference_batch_loss(policy, reference, pairs[:4], PreferenceConfig(), generator)  # one step
 
 DPO replaces log π(y|x) with the ELBO B(y|x):  L = −log σ(β[(B_θ(y_w) − B_ref(y_w)) − (B_θ(y_l) − B_ref(y_l))]).
 VRPO's three variance reductions are all here: the sampling budget (`mc_samples` = n), its allocation to timesteps
@@ -158,6 +160,19 @@ def vrpo_loss(policy, reference, input_ids: torch.Tensor, attention_mask: torch.
                   "reward_accuracy": float((margin.detach() > 0).float().mean())}
 
 
+def preference_batch_loss(policy, reference, batch: Sequence[PreferencePair], cfg: PreferenceConfig,
+                          generator: torch.Generator, *, pairs: slice | None = None) -> tuple[torch.Tensor, dict]:
+    """The preference trainer's (loss, metrics) on one batch of pairs (in this order): interleaved and EOS-padded
+    (`interleave_pairs`), masks from `generator`, `cfg`'s beta / MC budget / antithetic sharing / loss head /
+    packing, averaged over the pairs `pairs` (default all). What every step of `train_preference` computes, and
+    what the gradient snapshots (check/gradients.py) pin."""
+    traits = policy.traits if hasattr(policy, "traits") else policy.get_base_model().traits
+    ids, am, plen = interleave_pairs(batch, traits.eos_token_id)
+    return vrpo_loss(policy, reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples, generator=generator,
+                     antithetic=cfg.antithetic, pairs=pairs, head_chunk_tokens=cfg.lm_head_chunk_tokens,
+                     packing=cfg.packing)
+
+
 @contextlib.contextmanager
 def _reference_context(policy, reference):
     """The reference model: the given one, or (LoRA) the policy with its adapters disabled."""
@@ -211,8 +226,5 @@ class _PreferenceRun(SupervisedRun):
         super().__init__(policy, cfg, opts, n_pairs, cfg.batch_pairs)
 
     def loss(self, pairs):
-        cfg = self.cfg
-        ids, am, plen = interleave_pairs([pairs[i] for i in self.draw_indices()], self.traits.eos_token_id)
-        return vrpo_loss(self.model, self.reference, ids, am, plen, beta=cfg.beta, mc_samples=cfg.mc_samples,
-                         generator=self.gen, antithetic=cfg.antithetic, pairs=self.local,
-                         head_chunk_tokens=cfg.lm_head_chunk_tokens, packing=cfg.packing)
+        picked = [pairs[i] for i in self.draw_indices()]
+        return preference_batch_loss(self.model, self.reference, picked, self.cfg, self.gen, pairs=self.local)

@@ -1,11 +1,12 @@
 """Supervised fine-tuning of diffusion LMs: completion-only masked-diffusion SFT (LLaDA, Dream) and block-diffusion
 SFT over the `[noisy; clean]` concatenation (SDAR, LLaDA2), optionally with LoRA adapters (peft).
 
-    from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
+    from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, sft_batch_loss, train_sft
     result = train_sft(model, examples, SFTConfig(steps=300, lr=1e-3, batch_size=64), SFTRunOptions(sink=print))
     # paper-style: 3 epochs, cosine schedule, resumable checkpoints
     train_sft(model, examples, SFTConfig(steps=None, epochs=3, lr=1e-5, lr_schedule="cosine", order="epochs"),
               SFTRunOptions(checkpoint_dir="run/checkpoints", checkpoint_every=100, resume=True))
+    loss = sft_batch_loss(model, examples[:16], SFTConfig(), torch.Generator().manual_seed(0))  # one step's loss
 
 CPU: runs as is on the tiny presets. One GPU: move the model to `cuda` first. torchrun: `train_sft` joins the
 process group itself (`trainers/distributed.py`): every rank draws the same global batch and its noise, computes the
@@ -243,6 +244,22 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
     return per_example.mean()
 
 
+def sft_batch_loss(model, examples: Sequence[SFTExample], cfg: SFTConfig, generator: torch.Generator, *,
+                   rows: slice | None = None) -> torch.Tensor:
+    """The SFT trainer's loss on one batch of `examples` (in this order): collated as `cfg` says (EOS-padded to the
+    longest, or each at its own length with `cfg.packing`), its noise drawn from `generator`, averaged over `rows`
+    (default all). What every step of `train_sft` computes, and what the gradient snapshots (check/gradients.py)
+    pin."""
+    traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
+    lengths = None
+    if cfg.packing:  # each example at its own length, packed
+        ids, plen, alen, lengths = collate_own_length(examples, traits.pad_token_id)
+    else:
+        ids, plen, alen = collate(examples, traits.eos_token_id)
+    return sft_loss(model, ids, plen, alen, generator, cfg.eps, rows=rows, head_chunk_tokens=cfg.lm_head_chunk_tokens,
+                    lengths=lengths, packing=cfg.packing)
+
+
 def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int, attn=None) -> torch.Tensor:
     """log p(clean | noisy) `[B, L]` at the masked positions (0 elsewhere) through the chunked LM head: the same
     forward as the materialised path (BD3 layout for block diffusion, Dream's shift)."""
@@ -461,14 +478,7 @@ class _SFTRun(SupervisedRun):
 
     def loss(self, examples):
         picked = [examples[i] for i in self.draw_indices()]
-        lengths = None
-        if self.cfg.packing:  # each example at its own length, packed
-            ids, plen, alen, lengths = collate_own_length(picked, self.traits.pad_token_id)
-        else:
-            ids, plen, alen = collate(picked, self.traits.eos_token_id)
-        return sft_loss(self.model, ids, plen, alen, self.gen, self.cfg.eps, rows=self.local,
-                        head_chunk_tokens=self.cfg.lm_head_chunk_tokens, lengths=lengths,
-                        packing=self.cfg.packing), {}
+        return sft_batch_loss(self.model, picked, self.cfg, self.gen, rows=self.local), {}
 
 
 def train_sft(model, examples: Sequence[SFTExample], cfg: SFTConfig,

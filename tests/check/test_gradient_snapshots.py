@@ -1,6 +1,7 @@
-"""Gradient snapshots (dare_bench/check/gradients.py): for every RL plug-in x backbone, the committed snapshot in
-baselines/gradients.json holds on an unchanged tree (at 1 and 2 threads), and a sign-flipped or rescaled loss
-(the plug-in's `backward` wrapped here, never a production knob) fails it; the projection is deterministic."""
+"""Gradient snapshots (dare_bench/check/gradients.py): for every trained algorithm of the catalogue (the RL plug-ins,
+sft, lora, vrpo) x backbone, the committed snapshot in baselines/gradients.json holds on an unchanged tree (at 1 and
+2 threads), and a sign-flipped or rescaled loss (the plug-in's `backward`, or the SFT / VRPO trainers' loss
+function, wrapped here, never a production knob) fails it; the projection is deterministic."""
 
 import json
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from dare_bench import catalogue
 from dare_bench.check import baseline as bl
 from dare_bench.check import gradients as gr
 from dare_bench.check import pinned_threads, run_check
@@ -25,7 +27,22 @@ def one_thread():
 
 
 def _scale_loss(monkeypatch, algorithm: str, factor: float) -> None:
-    """The plug-in's loss times `factor`: its gradient (loss_scale) and its reported value."""
+    """The algorithm's loss times `factor`: its gradient and its reported value. sft / lora: the masked-diffusion
+    loss `sft.sft_loss` (which `sft_batch_loss` calls); vrpo: `preference.vrpo_loss`; RL: the plug-in's backward."""
+    if algorithm in gr.SUPERVISED:
+        from dare_bench.trainers import preference, sft
+
+        module, name = (preference, "vrpo_loss") if algorithm == "vrpo" else (sft, "sft_loss")
+        original_loss = getattr(module, name)
+
+        def scaled(*args, **kwargs):
+            out = original_loss(*args, **kwargs)
+            if isinstance(out, tuple):  # vrpo_loss: (loss, metrics)
+                return out[0] * factor, dict(out[1], loss=out[1]["loss"] * factor)
+            return out * factor
+
+        monkeypatch.setattr(module, name, scaled)
+        return
     cls = get_algorithm(algorithm)
     original = cls.backward
 
@@ -40,11 +57,34 @@ def _failed(checks) -> set[str]:
     return {c["name"] for c in checks if c["status"] != "pass"}
 
 
-def test_every_plugin_and_backbone_has_a_committed_snapshot():
+def test_every_trained_algorithm_of_the_catalogue_has_a_committed_snapshot():
+    """Enumerates the catalogue: an algorithm that trains (kind sft / rl / preference) without a snapshot on every
+    attention kind (an RL plug-in: every kind it declares) fails here, so a new one cannot join unseen."""
     assert sorted(COMMITTED["entries"]) == sorted(IDS)
-    assert len({a for a, _ in ENTRIES}) == 13  # every RL plug-in
+    trained = [spec for spec in catalogue.algorithms().values() if spec.kind != "none"]
+    assert {spec.kind for spec in trained} == {"sft", "rl", "preference"}
+    for spec in trained:
+        name = spec.plugin or spec.name  # RL entries are keyed by the plug-in (coupled_grpo), the others by name
+        kinds = get_algorithm(name).attention_kinds if spec.kind == "rl" else tuple(gr.BACKBONES)
+        expected = {gr.key(name, gr.BACKBONES[kind]) for kind in kinds}
+        assert expected and expected <= set(COMMITTED["entries"]), (spec.name, expected - set(COMMITTED["entries"]))
+    assert {a for a, _ in ENTRIES} == {spec.plugin or spec.name for spec in trained}  # and nothing else
+    assert len(ENTRIES) == 21  # 15 RL plug-in x backbone + {sft, lora, vrpo} x {llada, sdar}
     for snap in COMMITTED["entries"].values():
         assert snap["grad_norm"] > 0 and len(snap["projection"]) == gr.DIMS
+
+
+def test_lora_snapshot_is_the_adapters_gradient_only():
+    """lora's projection covers the adapter parameters alone (far fewer than sft's full model), at the same loss:
+    the adapters start with B = 0, so the wrapped model computes the base's loss."""
+    full, lora = COMMITTED["entries"]["sft/llada"], COMMITTED["entries"]["lora/llada"]
+    assert lora["loss"] == full["loss"] and lora["grad_norm"] != full["grad_norm"]
+    from dare_bench.config import LoraSettings
+    from dare_bench.trainers.lora import apply_lora
+
+    wrapped = apply_lora(gr.micro_model("llada", gr.POLICY_SEED), LoraSettings(**gr.LORA))
+    trainable = [n for n, p in wrapped.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
 
 
 @pytest.mark.parametrize("algorithm,backbone", ENTRIES, ids=IDS)
@@ -121,3 +161,25 @@ def test_cli_record_gradients_then_check_and_options(tmp_path):
     assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1
     out = runner.invoke(app, ["check", "--record-gradients", "d1-llada-sudoku", "--baselines", str(tmp_path)])
     assert out.exit_code == 2 and "takes no names" in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_the_supervised_snapshots_pin_the_loss_the_trainers_step_with(monkeypatch):
+    """`train_sft` and `train_preference` compute each step's loss through `sft_batch_loss` /
+    `preference_batch_loss`, the functions the sft / lora / vrpo snapshots call: a loss re-inlined in a trainer would
+    leave the snapshots pinning code that no longer trains."""
+    from dare_bench.trainers import preference, sft
+
+    calls = []
+    for module, name in ((sft, "sft_batch_loss"), (preference, "preference_batch_loss")):
+        original = getattr(module, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    examples, pairs = gr._pinned_examples()
+    sft.train_sft(gr.micro_model("llada", 0), examples, sft.SFTConfig(steps=1, batch_size=4))
+    preference.train_preference(gr.micro_model("llada", 0), pairs,
+                                preference.PreferenceConfig(steps=1, batch_pairs=2, mc_samples=1))
+    assert calls == ["sft_batch_loss", "preference_batch_loss"]
