@@ -11,6 +11,7 @@ LOSSES = FIXTURES / "losses"
 DARE_DATA = FIXTURES / "data" / "dare"
 CHECKPOINTS = FIXTURES / "data" / "checkpoints"
 RESEARCH_NOTES = FIXTURES / "docs" / "algorithms.md"
+PAPER_TABLES = FIXTURES / "docs" / "paper-tables.md"  # the algorithms' own published tables (reported rows)
 OPENCOMPASS_TASK_VERDICTS = FIXTURES / "graders" / "opencompass_tasks" / "verdicts.jsonl"
 TASK_SAMPLES = FIXTURES / "data"  # <task>/ small samples in each source's real schema (see its README.md)
 OPENCOMPASS_TASK_PROMPTS = FIXTURES / "graders" / "opencompass_tasks" / "prompts.jsonl"

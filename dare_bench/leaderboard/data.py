@@ -257,13 +257,15 @@ def source_label(row: pd.Series) -> str:
 
 
 def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: str | None) -> pd.DataFrame:
-    """One row per (algorithm, task) known to either side: reported %, reproduced %, difference, source.
+    """One row per (algorithm, task) known to either side and per setting the table reports for it (d1's Table 1
+    gives one row per generation length): reported %, reproduced %, difference, source.
 
+    Only rows of `table` are read (None: every table, for exports): two tables score under different settings.
     Matched on (algorithm, task), not on the metric's name: a reproduction's evaluation metric is by design the
     one its reported number measures, even where the names differ (DARE calls its sudoku mean score
     "accuracy"; we record it as "score"); both names are shown. A report with our metric's name wins over
-    another of the same table. Reproduced values are converted by `to_percent` (column `unit` says so); a cell
-    with no run or no report says which is missing instead of showing a number.
+    another of the same table and settings. Reproduced values are converted by `to_percent` (column `unit` says
+    so); a cell with no run or no report says which is missing instead of showing a number.
     """
     rep = reported if table is None else reported[reported["table"] == table]
     rep = rep.rename(columns={"metric": "reported_metric"})
@@ -274,7 +276,7 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
                         on=["algorithm", "task"], how="outer")
     same_name = (merged["metric"] == merged["reported_metric"]).astype(int)
     merged = (merged.assign(_same=same_name).sort_values("_same", ascending=False, kind="stable")
-              .drop_duplicates(["algorithm", "task", "metric"], keep="first"))
+              .drop_duplicates(["algorithm", "task", "metric", "settings_json"], keep="first"))
     rows = []
     for _, r in merged.iterrows():
         has_run = not pd.isna(r["mean"])
@@ -300,7 +302,9 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
                                       "note"])
     # Cells with both numbers first, then ours without a report, then reported cells we have not run.
     order = out["status"].map({"ok": 0, "no report": 1, "no run": 2})
-    return out.assign(_o=order).sort_values(["_o", "task", "algorithm"]).drop(columns="_o").reset_index(drop=True)
+    # stable: the settings of one cell keep the source's order (128, 256, 512)
+    return (out.assign(_o=order).sort_values(["_o", "task", "algorithm"], kind="stable").drop(columns="_o")
+            .reset_index(drop=True))
 
 
 # ------------------------------------------------------------------------------------------------ curves

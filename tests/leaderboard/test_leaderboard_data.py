@@ -1,5 +1,6 @@
 """Leaderboard queries on databases written by the store's own API: winners, CI, scales, reported vs ours."""
 
+import json
 import math
 import sqlite3
 
@@ -115,6 +116,32 @@ def test_reported_falls_back_to_the_registry(tmp_path):
     row = reported[(reported["algorithm"] == "d1") & (reported["task"] == "sudoku")
                    & (reported["table"] == "dare-algorithm-comparison")]
     assert list(row["value"]) == [31.8]
+
+
+def test_rows_of_two_published_tables_never_mix(tmp_path):
+    """d1-llada-sudoku has DARE's cell (31.8) and d1 Table 1's six (two recipes x three lengths): choosing a table
+    shows its rows only, one per setting it reports, in the source's order, each against our one cell."""
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    add_run(store, "d1", 0.5)
+    engine = L.open_reader(store.url)
+    cells = L.winners(engine, backbone="llada", scale="micro")
+    reported, origin = L.reported_scores(engine, "llada")
+    assert origin == "registry"
+
+    def d1_sudoku(table):
+        cmp = L.reported_vs_reproduced(cells, reported, table)
+        return cmp[(cmp["algorithm"] == "d1") & (cmp["task"] == "sudoku")]
+
+    dare = d1_sudoku("dare-algorithm-comparison")
+    assert list(dare["reported"]) == [31.8] and set(dare["table"]) == {"dare-algorithm-comparison"}
+    paper = d1_sudoku("d1-paper-table1")
+    assert set(paper["table"]) == {"d1-paper-table1"} and 31.8 not in list(paper["reported"])
+    assert list(paper["reported"]) == [18.4, 12.9, 11.0, 22.1, 16.7, 9.5]
+    assert [json.loads(s)["gen_length"] for s in paper["settings"]] == [128, 256, 512] * 2
+    assert list(paper["reproduced"]) == pytest.approx([50.0] * 6) and set(paper["status"]) == {"ok"}
+    assert list(paper["difference"]) == pytest.approx([50.0 - v for v in paper["reported"]])
+    everything = d1_sudoku(None)  # no table chosen (exports): every row, still one per table and setting
+    assert sorted(everything["reported"]) == sorted([31.8, *paper["reported"]])
 
 
 def test_curves_stage_times_and_drilldown(winners_db):
