@@ -6,6 +6,7 @@
     dare-bench bench flex    [--json]    # BD3 training-mask attention at L = 4k: dense sdpa vs FlexAttention
     dare-bench bench packing [--json]    # one training step on d1's length mix, packed (train.packing) vs padded
     dare-bench bench moe     [--json]    # MoE experts, per-expert loop vs grouped matmuls (block, training, decode)
+    dare-bench bench rlstep  [--json]    # one RL step of a paper recipe on a shrunk checkpoint, plain vs fast
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import importlib
 import typer
 
 BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment",
-                 "dare_bench.bench.flex", "dare_bench.bench.packing", "dare_bench.bench.moe"]
+                 "dare_bench.bench.flex", "dare_bench.bench.packing", "dare_bench.bench.moe",
+                 "dare_bench.bench.rlstep"]
 
 
 def register(app: typer.Typer) -> None:

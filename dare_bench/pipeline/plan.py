@@ -89,23 +89,31 @@ def _check_algorithm_backbone(cfg) -> None:
     from dare_bench.catalogue.settings import algorithm_settings
     from dare_bench.trainers.loop import rollout_settings
 
-    plugin = algo(algorithm_settings(cfg.profile.train), _run_traits(cfg))
+    meta_model = _run_meta_model(cfg)
+    plugin = algo(algorithm_settings(cfg.profile.train), meta_model.traits)
     if cfg.profile.train.rollout is not None:  # the sampler settings it needs (JustGRPO: block length 1)
         settings = rollout_settings(cfg.profile.train.rollout)
         settings.update(plugin.rollout_overrides)
-        plugin.check_rollout(settings)
+        settings = plugin.check_rollout(settings)
+        if not plugin.owns_rollout:  # the sampler's own checks (a cache it lacks, cache + CFG ...), no forward
+            import torch
+
+            from dare_bench.diffusion.sampling import resolve_settings
+
+            resolve_settings(meta_model, torch.zeros(1, 1, dtype=torch.long), None,
+                             {**settings, "return_trajectory": bool(plugin.needs_trajectory)})
 
 
-def _run_traits(cfg):
-    """The traits (mask id, attention kind, block size ...) of the run's model, from a meta-device build of its
-    real config (paper) or tiny preset (tiny / micro): no weights."""
+def _run_meta_model(cfg):
+    """The run's model on the meta device (its traits: mask id, attention kind, block size ...), from its real
+    config (paper) or tiny preset (tiny / micro): no weights."""
     from dare_bench.models import from_config
     from dare_bench.models.presets import preset_config
     from dare_bench.models.real_configs import real_config
 
     model = cfg.profile.model
     config = real_config(model.checkpoint)[1] if model.preset is None else preset_config(model.preset)
-    return from_config(config).traits
+    return from_config(config)
 
 
 def _plugin_name(algorithm: str) -> str:
