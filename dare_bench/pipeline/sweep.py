@@ -5,9 +5,10 @@ comma list) at one `--scale`, takes every seed the scale pins (or `--seeds`), an
 `dare-bench reproduce NAME --seed S --scale X --json --db URL` worker processes, `--jobs N` at a time, each on
 `--threads` threads (default 1: tiny models run as fast on one thread, and several OpenMP pools spinning on shared
 cores slow every run down many times), all writing one store. A cell whose identical run already finished is
-skipped (`pipeline.previous_run`, as `reproduce` skips it; `--force` runs it again); a cell with a checkpoint left
-by an interrupted attempt (a killed worker, a crash, a Slurm time limit) is resumed (`reproduce --resume`, from the
-run directory every attempt of that config and seed shares). Entries that cannot run here at that scale (no such
+skipped (`pipeline.previous_run`, as `reproduce` skips it; `--force` runs it again); a cell whose last attempt in
+the store was interrupted (a killed worker, a crash, a Slurm time limit: its row failed, or running in a process
+that is gone) and left a checkpoint is resumed (`reproduce --resume`, from the run directory every attempt of that
+config and seed shares). Entries that cannot run here at that scale (no such
 scale, GPU-only, missing data, no plug-in: `registry.runnable`) are listed as not-runnable with the reason, not as
 failures. A failed or killed cell is marked failed and the others go on; the exit code is 1 when any cell failed,
 2 for bad input (a pattern that matches nothing, `--jobs 0`). One progress bar with an ETA covers the whole grid;
@@ -343,39 +344,51 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
 
 
 def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool) -> None:
-    """Skip a cell whose identical run finished (unless `force`); resume one whose run directory holds a complete
-    checkpoint of an interrupted attempt. A dry run only reads: a store that does not exist yet is not created."""
+    """Skip a cell whose identical run finished (unless `force`), and one whose run is in progress in a live process
+    of this host (another sweep's); resume one whose last attempt in this store was interrupted (failed, or running
+    in a process that is gone) and left a complete checkpoint in the run directory. A dry run only reads: a store
+    that does not exist yet is not created."""
+    import socket
+
     from dare_bench.pipeline import previous_run
     from dare_bench.pipeline.context import run_directory
     from dare_bench.store import Store
     from dare_bench.trainers.checkpoint import latest_checkpoint
 
-    store = None
-    if not (dry_run and url.startswith("sqlite") and not _sqlite_file(url).exists()):
-        store = Store(url)
+    if dry_run and url.startswith("sqlite") and not _sqlite_file(url).exists():
+        return  # nothing recorded yet: every cell runs from the start
+    store = Store(url)
+    try:
         if not dry_run:
             store.mark_orphans_failed()  # rows of workers that died in an earlier sweep
-    try:
         for cell in cells:
             cfg = cell.cfg
-            if store is not None and not force:
-                common = dict(name=cell.name, scale=cell.scale, seed=cell.seed, config_hash=cfg.content_hash,
-                              modified=cfg.modified, metric=cell.metric)
-                prev = previous_run(store, cfg, cell.seed, common, time.perf_counter())
-                if prev is not None:
-                    cell.action, cell.run_id = "skip", prev.run_id
-                    cell.base, cell.final = prev.base_metrics.get(cell.metric), prev.metrics.get(cell.metric)
-                    cell.wall_seconds = store.get_run(prev.run_id)["duration_s"]
-                    cell.message = prev.message
-                    if not dry_run:
-                        cell.status = "skipped"
-                    continue
-            found = None if force else latest_checkpoint(run_directory(cfg, cell.seed) / "checkpoints")
+            if force:
+                continue
+            common = dict(name=cell.name, scale=cell.scale, seed=cell.seed, config_hash=cfg.content_hash,
+                          modified=cfg.modified, metric=cell.metric)
+            prev = previous_run(store, cfg, cell.seed, common, time.perf_counter())
+            if prev is not None:
+                cell.action, cell.run_id = "skip", prev.run_id
+                cell.base, cell.final = prev.base_metrics.get(cell.metric), prev.metrics.get(cell.metric)
+                cell.wall_seconds = store.get_run(prev.run_id)["duration_s"]
+                cell.message = prev.message
+                if not dry_run:
+                    cell.status = "skipped"
+                continue
+            rows = store.find_runs(config_hash=cfg.content_hash, seed=cell.seed, status=None)
+            last = rows[0] if rows else None
+            if last is not None and last["status"] == "running" and last["host"] == socket.gethostname():
+                cell.action, cell.run_id = "skip", last["id"]  # alive: mark_orphans_failed left it running
+                cell.message = f"run {last['id']} is running now (pid {last['pid']}); not started twice"
+                if not dry_run:
+                    cell.status = "skipped"
+                continue
+            found = latest_checkpoint(run_directory(cfg, cell.seed) / "checkpoints") if last is not None else None
             if found is not None:
                 cell.action, cell.message = "resume", f"resumes from {found.name}"  # `reproduce --resume`
     finally:
-        if store is not None:
-            store.close()
+        store.close()
 
 
 def _sqlite_file(url: str) -> Path:

@@ -219,6 +219,60 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
         assert f"#SBATCH {line}\n" in script
 
 
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+
+def _postgres_bin() -> Path | None:
+    import glob
+    import shutil
+
+    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    return Path(found).resolve().parent if found else None  # the real bin dir (createdb beside initdb)
+
+
+@pytest.fixture
+def postgres_url():
+    """A throw-away PostgreSQL server on a unix socket (as user `postgres` when the tests run as root, which
+    PostgreSQL refuses to run as); the URL of its database."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    pytest.importorskip("psycopg2", reason="the PostgreSQL driver (pip install psycopg2-binary)")
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb) on this machine")
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="dare-pg-"))
+    if as_user:
+        shutil.chown(root, "postgres")
+    port = "55439"
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(root / "data"), "-A", "trust", "-U", "dare"],
+                   check=True, capture_output=True)
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(root / "data"), "-w", "-l", str(root / "log"), "-o",
+                    f"-p {port} -k {root} -c listen_addresses=''", "start"], check=True, capture_output=True)
+    try:
+        subprocess.run([*as_user, str(bindir / "createdb"), "-h", str(root), "-p", port, "-U", "dare", "dare"],
+                       check=True, capture_output=True)
+        yield f"postgresql+psycopg2://dare@/dare?host={root}&port={port}"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.extra
+def test_two_workers_write_one_postgresql_store(home, postgres_url, capsys, monkeypatch):
+    code, out, err = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--seeds", "0,1", "--scale", "micro",
+                             "--jobs", "2", "--db", postgres_url, "--json")
+    assert code == 0, err
+    assert [c["status"] for c in payload(out)["cells"]] == ["finished", "finished"]
+    runs = Store(postgres_url).latest_runs(limit=None)
+    assert sorted(r["seed"] for r in runs) == [0, 1] and {r["status"] for r in runs} == {"finished"}
+    code, out, _ = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--seeds", "0,1", "--scale", "micro",
+                           "--db", postgres_url, "--json")
+    assert [c["status"] for c in payload(out)["cells"]] == ["skipped", "skipped"]
+
+
 # ------------------------------------------------------------------------------------------------ pieces
 
 def test_worker_outcomes(tmp_path):
