@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Run cells whose identical run finished, from scratch."),
         device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda, passed to every cell."),
         executor: str = typer.Option("local", "--executor", help="local (worker processes) | submitit (Slurm "
-                                     "jobs; pip install -e '.[sweep]')."),
+                                     "jobs; needs the optional extra `sweep`)."),
         submitit_cluster: str = typer.Option("auto", "--submitit-cluster", help="submitit's cluster: auto (Slurm "
                                              "when present) | slurm | local | debug."),
         slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition."),

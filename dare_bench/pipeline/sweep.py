@@ -527,7 +527,7 @@ def table_lines(cells: list[Cell]) -> list[str]:
         return "-" if v is None else fmt.format(v)
 
     width = max([len(c.name) for c in cells] + [5])
-    head = f"{'entry':<{width}} {'seed':>4}  {'status':<12} {'metric':<10} {'base':>7} -> {'final':<7} {'wall':>8}"
+    head = f"{'entry':<{width}} {'seed':>4}  {'status':<18} {'metric':<10} {'base':>7} -> {'final':<7} {'wall':>8}"
     lines = [head, "-" * len(head)]
     for c in cells:
         status = c.status + (" (resumed)" if c.action == "resume" and c.status == "finished" else "")
@@ -535,7 +535,7 @@ def table_lines(cells: list[Cell]) -> list[str]:
             status = f"dry-run:{c.action}"
         seed = "-" if c.seed is None else str(c.seed)
         wall = "-" if c.wall_seconds is None else f"{c.wall_seconds:.0f}s"
-        line = (f"{c.name:<{width}} {seed:>4}  {status:<12} {c.metric:<10} {num(c.base):>7} -> {num(c.final):<7} "
+        line = (f"{c.name:<{width}} {seed:>4}  {status:<18} {c.metric:<10} {num(c.base):>7} -> {num(c.final):<7} "
                 f"{wall:>8}")
         if c.status in ("failed", "not-runnable"):
             line += f"  {c.message}"
