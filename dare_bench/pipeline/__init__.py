@@ -119,7 +119,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
 
         store = Store(db)
         store.mark_orphans_failed()
-        decision = _previous_run(store, cfg, run_seed, common, start) if not force else None
+        decision = previous_run(store, cfg, run_seed, common, start) if not force else None
         if decision is None:
             decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed), status="running", db=store.url,
                                        **common)
@@ -149,8 +149,9 @@ def reproduce_seeds(name: str, scale: str | None = None, *, seeds: list[int] | N
     return [reproduce(name, scale, seed=s, overrides=overrides, **options) for s in seeds]
 
 
-def _previous_run(store, cfg, seed: int, common: dict, start: float) -> ReproduceResult | None:
-    """The skipped-run result when an identical run (same config hash and seed) already finished."""
+def previous_run(store, cfg, seed: int, common: dict, start: float) -> ReproduceResult | None:
+    """The skipped-run result when an identical run (same config hash and seed) already finished (`reproduce` and
+    `dare-bench sweep` skip it unless forced)."""
     done = store.find_runs(config_hash=cfg.content_hash, seed=seed)
     if not done:
         return None
@@ -185,7 +186,8 @@ def _run(ctx: RunContext) -> None:
 
     with _timed(stages, "base_eval"):
         base_record = evaluate_base(ctx, base)
-    ctx.log(f"base: {cfg.profile.eval.metric} = {result.base_metrics.get(cfg.profile.eval.metric)}")
+    # (`dare-bench sweep` reads this line in a worker's log: the shared base is cached and evaluated from here on)
+    ctx.log(f"{base_ready_prefix(cfg.profile.eval.metric)}{result.base_metrics.get(cfg.profile.eval.metric)}")
 
     with _timed(stages, "train"):
         model, final_step = train(ctx, base)
@@ -199,6 +201,11 @@ def _run(ctx: RunContext) -> None:
         ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record])
 
 
+def base_ready_prefix(metric: str) -> str:
+    """The start of the log line a run writes once its base is built (or loaded) and evaluated."""
+    return f"base: {metric} = "
+
+
 @contextlib.contextmanager
 def _timed(stages: dict[str, float], name: str):
     """`stages[name]` = seconds the block took (not recorded when it raises: the run fails)."""
@@ -209,8 +216,8 @@ def _timed(stages: dict[str, float], name: str):
 
 # The entry point and the stages' public names; the stages' helpers are imported from their own modules.
 __all__ = [
-    "Base", "Log", "ReproduceResult", "RunContext", "build_base", "default_scale", "evaluate_base", "evaluate_final",
-    "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs", "reproduce", "reproduce_seeds",
-    "resolve",
-    "save_final_model", "sft_examples", "summary_lines", "train",
+    "Base", "Log", "ReproduceResult", "RunContext", "base_ready_prefix", "build_base", "default_scale",
+    "evaluate_base", "evaluate_final", "evaluate_model", "load_base", "local_plan", "paper_plan", "preference_pairs",
+    "previous_run", "reproduce", "reproduce_seeds", "resolve", "save_final_model", "sft_examples", "summary_lines",
+    "train",
 ]

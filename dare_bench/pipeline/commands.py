@@ -7,6 +7,7 @@
     dare-bench reproduce --help
     dare-bench calibrate sft-llada-arith --at 100,150,200    # scan a tiny base's SFT steps (pipeline/calibrate.py)
     dare-bench eval-suite llada --checkpoint /ckpt/LLaDA-8B-Instruct   # DARE's evaluation table (pipeline/suite.py)
+    dare-bench sweep --scale tiny --backbone llada --task sudoku --jobs 2   # reproductions x seeds (pipeline/sweep.py)
 """
 
 from __future__ import annotations
@@ -126,6 +127,58 @@ def register(app: typer.Typer) -> None:
             for line in table_lines(backbone, rows):
                 typer.echo(line)
         if any(r.status == "failed" for r in rows):
+            raise typer.Exit(1)
+
+    @app.command("sweep")
+    def sweep_cmd(
+        patterns: Optional[List[str]] = typer.Argument(None, help="Reproduction names or globs, e.g. "
+                                                       "'*-llada-sudoku' (default: every entry the filters keep)."),
+        scale: Optional[str] = typer.Option(None, "--scale", help="micro | tiny | paper (default: tiny without a "
+                                            "GPU, paper with one)."),
+        backbone: Optional[List[str]] = typer.Option(None, "--backbone", help="Only these backbones (repeatable "
+                                                     "or a comma list)."),
+        algorithm: Optional[List[str]] = typer.Option(None, "--algorithm", help="Only these algorithms."),
+        task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks."),
+        seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma list, e.g. 0,1,2 (default: every seed "
+                                            "the scale pins for each entry: 3 at tiny, 1 at micro)."),
+        overrides: List[str] = typer.Option([], "--set", help="key=value override for every cell (repeatable), "
+                                            "e.g. --set train.steps=20 (the runs are marked modified)."),
+        jobs: int = typer.Option(1, "--jobs", help="Cells run at once: local worker processes, or submitit jobs "
+                                 "in flight."),
+        threads: int = typer.Option(1, "--threads", help="Threads per worker (OMP_NUM_THREADS; recorded as "
+                                    "hardware.torch_threads). One suits tiny models; several OpenMP pools on "
+                                    "shared cores slow every run down."),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP + " Many machines: postgresql://...",
+                                         show_default=False),
+        force: bool = typer.Option(False, "--force", help="Run cells whose identical run finished, from scratch."),
+        device: Optional[str] = typer.Option(None, "--device", help="cpu | cuda, passed to every cell."),
+        executor: str = typer.Option("local", "--executor", help="local (worker processes) | submitit (Slurm "
+                                     "jobs; needs the optional extra `sweep`)."),
+        submitit_cluster: str = typer.Option("auto", "--submitit-cluster", help="submitit's cluster: auto (Slurm "
+                                             "when present) | slurm | local | debug."),
+        slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition."),
+        slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Slurm time limit per cell, minutes."),
+        slurm_gpus: Optional[int] = typer.Option(None, "--slurm-gpus", help="GPUs per Slurm job."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid, each cell's decision (run, "
+                                     "resume, skip) and its reproduce plan; write nothing."),
+        as_json: bool = typer.Option(False, "--json", help="Print {cells, summary} as JSON."),
+    ) -> None:
+        """Run reproductions x seeds into one store: N workers, finished cells skipped, interrupted ones resumed."""
+        from dare_bench.pipeline.sweep import parse_seeds, run_sweep, sweep_summary, table_lines
+
+        log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+        cells = run_sweep(patterns or None, scale=scale, backbone=backbone, algorithm=algorithm, task=task,
+                          seeds=parse_seeds(seeds), overrides=list(overrides), jobs=jobs, threads=threads, db=db,
+                          force=force, device=device, dry_run=dry_run, executor=executor,
+                          submitit_cluster=submitit_cluster, slurm_partition=slurm_partition,
+                          slurm_time=slurm_time, slurm_gpus=slurm_gpus, progress=sys.stderr.isatty(), log=log)
+        if as_json:
+            typer.echo(json.dumps({"cells": [c.to_json() for c in cells], "summary": sweep_summary(cells)},
+                                  default=str))
+        else:
+            for line in table_lines(cells):
+                typer.echo(line)
+        if any(c.status == "failed" for c in cells):
             raise typer.Exit(1)
 
     @app.command("calibrate")

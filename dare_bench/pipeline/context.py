@@ -40,8 +40,13 @@ class RunContext:
 
     @property
     def run_dir(self) -> Path:
-        cfg = self.cfg
-        return dare_bench_home() / "runs" / f"{cfg.reproduction}-{cfg.scale}-{cfg.content_hash[:12]}-seed{self.seed}"
+        return run_directory(self.cfg, self.seed)
+
+
+def run_directory(cfg, seed: int) -> Path:
+    """Where a run of `cfg` at `seed` keeps its checkpoints and final model: the same directory for every attempt,
+    which is how `--resume` (and `dare-bench sweep`) find an interrupted run's last checkpoint."""
+    return dare_bench_home() / "runs" / f"{cfg.reproduction}-{cfg.scale}-{cfg.content_hash[:12]}-seed{seed}"
 
 
 @dataclass
@@ -56,4 +61,4 @@ class Base:
     template: Any  # "plain" (tiny replicas) or the chat tokenizer (paper scale)
 
 
-__all__ = ["Base", "Log", "RunContext"]
+__all__ = ["Base", "Log", "RunContext", "run_directory"]

@@ -8,6 +8,14 @@ ReproductionSpecs.
 See `loader.py` for where files are looked up and how `_defaults/` layers merge.
 """
 
-from dare_bench.registry.loader import Registry, default_directory, get, load_file, load_registry, parse_yaml
+from dare_bench.registry.loader import (
+    Registry,
+    default_directory,
+    get,
+    load_file,
+    load_registry,
+    parse_yaml,
+    split_names,
+)
 
-__all__ = ["Registry", "default_directory", "get", "load_file", "load_registry", "parse_yaml"]
+__all__ = ["Registry", "default_directory", "get", "load_file", "load_registry", "parse_yaml", "split_names"]

@@ -1,6 +1,7 @@
 """`dare-bench list` and `dare-bench show`: the reproduction registry on the command line.
 
     dare-bench list [--backbone llada] [--algorithm bgpo] [--task sudoku] [--json]
+    dare-bench list --backbone llada,dream --task sudoku --task countdown   # filters: repeatable or comma lists
     dare-bench list --catalogue [--json]      # the algorithms (kind, plug-in, knobs), backbones and tasks
     dare-bench show bgpo-llada-sudoku [--json] [--scale tiny]
 
@@ -15,12 +16,14 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from dare_bench import catalogue
 
+# the filters of `list` and `sweep` (Registry.select): repeatable, each a name or a comma list
+FILTER_HELP = "Repeatable or a comma list: "
 REPRO_OPTION = typer.Option(None, "--reproductions", help="Registry directory (default: DARE_BENCH_REPRODUCTIONS "
                             "or the checkout's reproductions/).", show_default=False)
 
@@ -70,9 +73,9 @@ def _print_catalogue(as_json: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("list")
     def list_cmd(
-        backbone: Optional[str] = typer.Option(None, help=" | ".join(catalogue.backbone_names())),
-        algorithm: Optional[str] = typer.Option(None, help=" | ".join(catalogue.algorithm_names())),
-        task: Optional[str] = typer.Option(None, help=" | ".join(catalogue.task_names())),
+        backbone: Optional[List[str]] = typer.Option(None, help=FILTER_HELP + " | ".join(catalogue.backbone_names())),
+        algorithm: Optional[List[str]] = typer.Option(None, help=FILTER_HELP + " | ".join(catalogue.algorithm_names())),
+        task: Optional[List[str]] = typer.Option(None, help=FILTER_HELP + " | ".join(catalogue.task_names())),
         show_catalogue: bool = typer.Option(False, "--catalogue", help="List the algorithms, backbones and tasks "
                                             "the benchmark knows instead of the reproductions."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),

@@ -30,6 +30,7 @@ import difflib
 import functools
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -376,20 +377,34 @@ class Registry:
             raise ConfigError(f"unknown reproduction {name!r}{hint}")
         return self.specs[name]
 
-    def select(self, *, backbone: str | None = None, algorithm: str | None = None,
-               task: str | None = None) -> list[ReproductionSpec]:
+    def select(self, *, backbone: str | Iterable[str] | None = None, algorithm: str | Iterable[str] | None = None,
+               task: str | Iterable[str] | None = None) -> list[ReproductionSpec]:
+        """Entries whose backbone, algorithm and task are among the given ones; each filter is one name, a comma
+        list ("llada,dream") or several of either (`--backbone llada --backbone dream`); None keeps all."""
+        wanted = {}
         for what, value, known in (("backbone", backbone, catalogue.backbone_names()),
                                    ("algorithm", algorithm, catalogue.algorithm_names()),
                                    ("task", task, catalogue.task_names())):
-            if value is not None and value not in known:
-                hits = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
-                hint = f"; did you mean {hits[0]!r}?" if hits else f" (known: {', '.join(known)})"
-                raise ConfigError(f"unknown {what} {value!r}{hint}")
+            names = split_names(value)
+            for name in names or ():
+                if name not in known:
+                    hits = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+                    hint = f"; did you mean {hits[0]!r}?" if hits else f" (known: {', '.join(known)})"
+                    raise ConfigError(f"unknown {what} {name!r}{hint}")
+            wanted[what] = names
         return [
             s for name, s in sorted(self.specs.items())
-            if (backbone is None or s.backbone == backbone) and (algorithm is None or s.algorithm == algorithm)
-            and (task is None or s.task == task)
+            if all(names is None or getattr(s, what) in names for what, names in wanted.items())
         ]
+
+
+def split_names(value: str | Iterable[str] | None) -> list[str] | None:
+    """"a,b" / ["a", "b,c"] -> the names in order; None (or nothing named) -> None, meaning no filter."""
+    if value is None:
+        return None
+    parts = [value] if isinstance(value, str) else list(value)
+    names = [n.strip() for part in parts for n in part.split(",") if n.strip()]
+    return names or None
 
 
 _CACHE: dict[str, tuple[tuple, Registry]] = {}

@@ -6,8 +6,11 @@
 SQLite (the default) is opened in WAL mode with a busy timeout, and every transaction starts with BEGIN IMMEDIATE:
 with the default deferred BEGIN, a read-then-write transaction that loses the race for the write lock fails with
 "database is locked" even with a busy timeout, so several writer processes would lose rows. Any other
-SQLAlchemy URL (postgresql://...) is used as given. Opening a database upgrades an older schema with the alembic
-migrations shipped in `dare_bench/store/migrations/`; a schema from a newer dare-bench is refused untouched.
+SQLAlchemy URL (postgresql://...) is used as given; it is the store for workers on several machines (`dare-bench
+sweep --executor submitit --db postgresql+psycopg2://user@host/db`: a database server takes concurrent writers from
+many hosts, an SQLite file on a network filesystem does not). A URL whose driver is missing is one StoreError.
+Opening a database upgrades an older schema with the alembic migrations shipped in `dare_bench/store/migrations/`;
+a schema from a newer dare-bench is refused untouched.
 """
 
 from __future__ import annotations
@@ -92,6 +95,9 @@ def open_database(url: str) -> Engine:
     """An engine on `url` whose schema is at HEAD; raises StoreError (and changes nothing) when it cannot be."""
     try:
         engine = make_engine(url)
+    except ImportError as exc:  # postgresql:// without its driver: SQLAlchemy imports it here
+        raise StoreError(f"cannot open database {_safe(url)}: its driver is not installed ({exc}; e.g. pip install "
+                         "psycopg2-binary for postgresql+psycopg2://, 'psycopg[binary]' for postgresql://)") from None
     except (SQLAlchemyError, ValueError, OSError) as exc:
         raise StoreError(f"cannot open database {_safe(url)}: {exc}") from None
     try:

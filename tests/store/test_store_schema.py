@@ -90,3 +90,14 @@ def test_url_resolution(tmp_path, monkeypatch):
     assert resolve_url(None).endswith("env.db")
     monkeypatch.delenv("DARE_BENCH_DB")
     assert resolve_url(None).endswith("dare_home/results.db")
+
+
+def test_a_database_url_whose_driver_is_missing_is_one_store_error(monkeypatch):
+    import sys
+
+    from dare_bench.errors import StoreError
+    from dare_bench.store import Store
+
+    monkeypatch.setitem(sys.modules, "pg8000", None)  # `import pg8000` now fails, installed or not
+    with pytest.raises(StoreError, match="driver is not installed"):
+        Store("postgresql+pg8000://user@localhost/dare")

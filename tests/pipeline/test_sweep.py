@@ -1,0 +1,312 @@
+"""`dare-bench sweep`: a micro grid on 2 workers into one SQLite store, finished cells skipped on a rerun, a killed
+cell failed while the others finish and resumed by the next sweep, bad input, --json, --dry-run (writes nothing),
+and the submitit executor (its local cluster runs a cell; Slurm flags reach the sbatch script).
+
+The tests share one DARE_BENCH_HOME, so the micro LLaDA-Sudoku base is trained once for the module.
+
+    OMP_NUM_THREADS=1 pytest tests/pipeline/test_sweep.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from dare_bench.cli import main
+from dare_bench.pipeline import sweep
+from dare_bench.store import Store
+
+GRID = ["baseline-llada-sudoku", "d1-llada-sudoku"]  # the two cheapest kinds: an evaluation, an RL run
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sweep")
+
+
+@pytest.fixture
+def home(shared, monkeypatch) -> Path:
+    monkeypatch.setenv("DARE_BENCH_HOME", str(shared / "home"))
+    return shared / "home"
+
+
+def run_cli(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """`dare-bench sweep ARGS` in this process (the workers are still separate processes): exit code, out, err."""
+    monkeypatch.setattr(sys, "argv", ["dare-bench", "sweep", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def payload(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def by_name(cells: list[dict]) -> dict[str, dict]:
+    return {c["name"]: c for c in cells}
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("args, says", [
+    (["zzz-*-sudoku", "--scale", "micro"], "matches no reproduction"),
+    (["d1-llada-sudokku", "--scale", "micro"], "did you mean"),
+    (["--backbone", "lladda", "--scale", "micro"], "unknown backbone"),
+    (["d1-llada-sudoku", "--task", "countdown", "--scale", "micro"], "selects no reproduction"),
+    (["d1-llada-sudoku", "--scale", "micro", "--jobs", "0"], "--jobs must be at least 1"),
+    (["d1-llada-sudoku", "--scale", "micro", "--seeds", "a,b"], "--seeds expects integers"),
+    (["d1-llada-sudoku", "--scale", "micro", "--slurm-partition", "gpu"], "only apply with --executor submitit"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path, capsys, monkeypatch):
+    db = tmp_path / "runs.db"
+    code, out, err = run_cli(capsys, monkeypatch, *args, "--db", str(db))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], err
+    assert not db.exists()
+
+
+def test_selection_globs_filters_and_comma_lists():
+    names = [s.name for s in sweep.select_entries(["*-llada-sudoku"], algorithm=["sft,d1"])]
+    assert names == ["d1-llada-sudoku", "sft-llada-sudoku"]
+    both = sweep.select_entries(None, backbone=["llada", "dream"], algorithm="d1", task="sudoku")
+    assert [s.name for s in both] == ["d1-dream-sudoku", "d1-llada-sudoku"]
+    assert sweep.parse_seeds("2,0,2") == [2, 0]
+
+
+# ------------------------------------------------------------------------------------------------ dry run
+
+def test_dry_run_plans_every_cell_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    home = tmp_path / "fresh-home"
+    monkeypatch.setenv("DARE_BENCH_HOME", str(home))
+    db = tmp_path / "runs.db"
+    code, out, _ = run_cli(capsys, monkeypatch, "sft-llada-sudoku", "d1-llada-gsm8k", "--scale", "micro",
+                           "--seeds", "0,1", "--dry-run", "--json", "--db", str(db))
+    assert code == 0
+    got = payload(out)
+    cells = got["cells"]
+    assert [(c["name"], c["seed"], c["status"]) for c in cells] == [
+        ("sft-llada-sudoku", 0, "dry-run"), ("sft-llada-sudoku", 1, "dry-run"),
+        ("d1-llada-gsm8k", None, "not-runnable")]
+    for c in cells[:2]:  # each cell's `reproduce --dry-run` plan
+        assert c["action"] == "run" and c["plan"]["config"]["content_hash"] == c["config_hash"]
+        assert c["plan"]["model_preset"] == "tiny-llada"
+    # gsm8k has no micro scale: the registry's reason, naming the CPU stand-in, not a failure
+    assert cells[2]["message"].startswith("no such scale:") and "arith" in cells[2]["message"]
+    assert got["summary"]["status"] == {"dry-run": 2, "not-runnable": 1} and got["summary"]["failed"] == 0
+    assert not db.exists() and not home.exists()
+
+
+# ------------------------------------------------------------------------------------------------ the grid
+
+def test_two_workers_fill_one_store_and_a_rerun_skips_every_cell(home, shared, capsys, monkeypatch):
+    db = shared / "grid.db"
+    code, out, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db),
+                             "--json")
+    assert code == 0, err
+    got = payload(out)
+    cells = by_name(got["cells"])
+    assert set(cells) == set(GRID) and {c["status"] for c in cells.values()} == {"finished"}
+    assert got["summary"]["status"] == {"finished": 2} and got["summary"]["failed"] == 0
+    for c in cells.values():
+        assert c["seed"] == 0 and c["metric"] == "accuracy" and c["base"] is not None and c["final"] is not None
+        assert Path(c["log"]).exists()
+    runs = Store(f"sqlite:///{db}").latest_runs(limit=None)
+    assert sorted(r["reproduction"] for r in runs) == sorted(GRID) and {r["status"] for r in runs} == {"finished"}
+    assert {r["hardware"]["torch_threads"] for r in runs} == {1}  # --threads 1 (the default) reached every worker
+    assert {c["run_id"] for c in cells.values()} == {r["id"] for r in runs}
+    assert len({r["pid"] for r in runs}) == 2 and os.getpid() not in {r["pid"] for r in runs}
+
+    logs = {c["log"]: Path(c["log"]).stat().st_mtime_ns for c in cells.values()}
+    code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db))
+    assert code == 0
+    assert {log: Path(log).stat().st_mtime_ns for log in logs} == logs  # decided here: no worker started
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0] in GRID]
+    assert [r[2] for r in rows] == ["skipped"] * 2 and "2 skipped of 2 cells" in out
+    assert len(Store(f"sqlite:///{db}").latest_runs(limit=None)) == 2
+
+
+def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(home, shared, capsys, monkeypatch):
+    db = shared / "kill.db"
+    url = f"sqlite:///{db}"
+    args = ["sft-llada-sudoku", "baseline-llada-sudoku", "--scale", "micro", "--jobs", "2", "--db", str(db),
+            "--set", "train.steps=30", "--set", "train.checkpoint_every=3", "--json"]
+    killed: dict = {}
+
+    def kill_after_first_checkpoint():
+        from dare_bench.trainers.checkpoint import latest_checkpoint
+
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            time.sleep(0.05)
+            if not db.exists():
+                continue
+            with Store(url) as store:
+                rows = store.latest_runs(reproduction="sft-llada-sudoku", status="running")
+            if not rows:
+                continue
+            row = rows[0]
+            ckpt = home / "runs" / f"sft-llada-sudoku-micro-{row['config_hash'][:12]}-seed0" / "checkpoints"
+            if latest_checkpoint(ckpt) is not None and row["pid"] != os.getpid():
+                os.kill(row["pid"], signal.SIGKILL)
+                killed.update(row)
+                return
+
+    killer = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
+    killer.start()
+    code, out, err = run_cli(capsys, monkeypatch, *args)
+    killer.join(5)
+    assert killed, "the SFT cell finished before a checkpoint was seen"
+    assert code == 1, err
+    cells = by_name(payload(out)["cells"])
+    assert cells["sft-llada-sudoku"]["status"] == "failed" and "SIGKILL" in cells["sft-llada-sudoku"]["message"]
+    assert cells["baseline-llada-sudoku"]["status"] == "finished"
+    store = Store(url)
+    assert store.get_run(killed["id"])["status"] == "failed"  # not left "running"
+    assert cells["sft-llada-sudoku"]["run_id"] == killed["id"]
+
+    code, out, err = run_cli(capsys, monkeypatch, *args)
+    assert code == 0, err
+    cells = by_name(payload(out)["cells"])
+    sft = cells["sft-llada-sudoku"]
+    assert sft["action"] == "resume" and sft["status"] == "finished" and sft["message"].startswith("resumes from step-")
+    assert cells["baseline-llada-sudoku"]["status"] == "skipped"
+    # the resumed run carries the whole curve: the steps logged before the kill (from the checkpoint), then the rest
+    # (0-based: the last of 30 steps is 29)
+    before = [m["step"] for m in store.metrics(killed["id"])]
+    steps = [m["step"] for m in store.metrics(sft["run_id"])]
+    assert steps[:len(before)] == before and steps == sorted(set(steps)) and steps[-1] == 29, (before, steps)
+
+
+# ------------------------------------------------------------------------------------------------ submitit
+
+def test_submitit_local_cluster_runs_a_cell(home, shared, capsys, monkeypatch):
+    db = shared / "submitit.db"
+    code, out, err = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--scale", "micro", "--executor",
+                             "submitit", "--submitit-cluster", "local", "--db", str(db), "--json")
+    assert code == 0, err
+    (cell,) = payload(out)["cells"]
+    assert cell["status"] == "finished"
+    (run,) = Store(f"sqlite:///{db}").latest_runs(limit=None)
+    assert run["id"] == cell["run_id"] and run["status"] == "finished" and run["hardware"]["torch_threads"] == 1
+    assert any((home / "sweeps" / "submitit").glob("*_result.pkl"))  # it went through submitit's job files
+
+
+def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text("#!/bin/sh\nexit 1\n")  # submitit's Slurm executor looks for srun; nothing is run
+    (fake / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    workers = sweep.SubmititWorkers(tmp_path / "jobs", cluster="slurm", threads=2, partition="gpu", time_min=90,
+                                    gpus=1)
+    script = workers.executor._executor._make_submission_file_text("cmd", "uid")  # the sbatch file it would submit
+    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=1", "--cpus-per-task=2",
+                 "--job-name=dare-bench-sweep"):
+        assert f"#SBATCH {line}\n" in script
+
+
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+
+def _postgres_bin() -> Path | None:
+    import glob
+    import shutil
+
+    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    return Path(found).resolve().parent if found else None  # the real bin dir (createdb beside initdb)
+
+
+@pytest.fixture
+def postgres_url():
+    """A throw-away PostgreSQL server on a unix socket (as user `postgres` when the tests run as root, which
+    PostgreSQL refuses to run as); the URL of its database."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    pytest.importorskip("psycopg2", reason="the PostgreSQL driver (pip install psycopg2-binary)")
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb) on this machine")
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="dare-pg-"))
+    if as_user:
+        shutil.chown(root, "postgres")
+    port = "55439"
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(root / "data"), "-A", "trust", "-U", "dare"],
+                   check=True, capture_output=True)
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(root / "data"), "-w", "-l", str(root / "log"), "-o",
+                    f"-p {port} -k {root} -c listen_addresses=''", "start"], check=True, capture_output=True)
+    try:
+        subprocess.run([*as_user, str(bindir / "createdb"), "-h", str(root), "-p", port, "-U", "dare", "dare"],
+                       check=True, capture_output=True)
+        yield f"postgresql+psycopg2://dare@/dare?host={root}&port={port}"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "stop"],
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.extra
+def test_two_workers_write_one_postgresql_store(home, postgres_url, capsys, monkeypatch):
+    code, out, err = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--seeds", "0,1", "--scale", "micro",
+                             "--jobs", "2", "--db", postgres_url, "--json")
+    assert code == 0, err
+    assert [c["status"] for c in payload(out)["cells"]] == ["finished", "finished"]
+    runs = Store(postgres_url).latest_runs(limit=None)
+    assert sorted(r["seed"] for r in runs) == [0, 1] and {r["status"] for r in runs} == {"finished"}
+    code, out, _ = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--seeds", "0,1", "--scale", "micro",
+                           "--db", postgres_url, "--json")
+    assert [c["status"] for c in payload(out)["cells"]] == ["skipped", "skipped"]
+
+
+# ------------------------------------------------------------------------------------------------ pieces
+
+def test_worker_outcomes(tmp_path):
+    out, err = tmp_path / "c.out", tmp_path / "c.err"
+
+    def cell_after(rc: int, stdout: str, stderr: str, job_error: str | None = None) -> sweep.Cell:
+        out.write_text(stdout)
+        err.write_text(stderr)
+        cell = sweep.Cell("d1-llada-sudoku", "micro", 0)
+        sweep.outcome(cell, rc, job_error, out, err)
+        return cell
+
+    done = cell_after(0, json.dumps({"status": "finished", "run_id": 7, "base_metrics": {"accuracy": 0.1},
+                                     "metrics": {"accuracy": 0.25}}) + "\n", "base: accuracy = 0.1\n")
+    assert (done.status, done.run_id, done.base, done.final) == ("finished", 7, 0.1, 0.25)
+    error = cell_after(2, json.dumps({"status": "error", "error": "unknown reproduction"}) + "\n", "error: ...\n")
+    assert (error.status, error.message) == ("failed", "unknown reproduction")
+    crash = cell_after(1, "", "Traceback (most recent call last):\n  ...\nRuntimeError: out of memory\n")
+    assert crash.message == "RuntimeError: out of memory"
+    assert cell_after(-9, "", "").message == "worker killed by SIGKILL"
+    assert cell_after(-1, "", "", "submitit job 12 failed: TIMEOUT").message == "submitit job 12 failed: TIMEOUT"
+
+
+def test_cells_sharing_a_base_wait_for_its_first_build():
+    from dare_bench.registry import get
+
+    a, b, c = (sweep.Cell(n, "micro", 0, cfg=get(n).resolve("micro"))
+               for n in ("d1-llada-sudoku", "sft-llada-sudoku", "d1-llada-countdown"))
+    assert sweep.base_group(a.cfg) == sweep.base_group(b.cfg) != sweep.base_group(c.cfg)
+    queue = deque([a, b, c])
+    started: set = set()
+    assert sweep._next_cell(queue, started, set()) is a
+    started.add(sweep.base_group(a.cfg))
+    assert sweep._next_cell(queue, started, set()) is c  # b waits: a is building the llada-sudoku base
+    started.add(sweep.base_group(c.cfg))
+    assert sweep._next_cell(queue, started, set()) is None
+    assert sweep._next_cell(queue, started, {sweep.base_group(a.cfg)}) is b  # a logged its base evaluation
