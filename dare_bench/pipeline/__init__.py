@@ -60,6 +60,30 @@ from dare_bench.pipeline.train import save_final_model, train
 
 # --------------------------------------------------------------------------------------------------- main entry
 
+TINY_THREADS = 1  # torch threads of a tiny / micro run unless OMP_NUM_THREADS is set (default_threads)
+
+
+@contextlib.contextmanager
+def default_threads(scale: str):
+    """tiny / micro: one torch thread, unless the user set OMP_NUM_THREADS. Why (issue #16): a tiny model runs
+    about as fast on one thread, while the default pool (one thread per core) on a machine other jobs share was seen
+    running a tiny base SFT 18x slower (OpenMP threads spinning on busy cores); and the reduction order, hence the
+    tiny base's weights, then does not depend on the machine's core count. paper: torch's default (all cores)."""
+    import os
+
+    import torch
+
+    if scale not in ("tiny", "micro") or os.environ.get("OMP_NUM_THREADS"):
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(TINY_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, db: str | None = None,
               resume: bool = False, dry_run: bool = False, overrides: list[str] | tuple[str, ...] = (),
               force: bool = False, checkpoint: str | None = None, device: str | None = None,
@@ -110,33 +134,34 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
         return launch_torchrun(nproc=nproc, progress=progress, log=log, **launcher)
     paper_dir = Path(plan["checkpoint_dir"]) if paper else None
 
-    from dare_bench.trainers.distributed import broadcast_object, init_distributed, rank_device
+    with default_threads(chosen_scale):  # also what the run record's hardware.torch_threads reports
+        from dare_bench.trainers.distributed import broadcast_object, init_distributed, rank_device
 
-    info = init_distributed(device=run_device)  # joins torchrun's group (a no-op in one process)
-    store, decision = None, None
-    if info.is_main:
-        from dare_bench.store import Store
+        info = init_distributed(device=run_device)  # joins torchrun's group (a no-op in one process)
+        store, decision = None, None
+        if info.is_main:
+            from dare_bench.store import Store
 
-        store = Store(db)
-        store.mark_orphans_failed()
-        decision = previous_run(store, cfg, run_seed, common, start) if not force else None
-        if decision is None:
-            decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed), status="running", db=store.url,
-                                       **common)
-    result = broadcast_object(decision, info)  # every rank follows rank 0: skip, or run under its run id
-    if result.status == "skipped":
+            store = Store(db)
+            store.mark_orphans_failed()
+            decision = previous_run(store, cfg, run_seed, common, start) if not force else None
+            if decision is None:
+                decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed), status="running", db=store.url,
+                                           **common)
+        result = broadcast_object(decision, info)  # every rank follows rank 0: skip, or run under its run id
+        if result.status == "skipped":
+            return result
+        try:
+            _run(RunContext(cfg, store, result.run_id, result, seed=run_seed, resume=resume,
+                            device=rank_device(run_device, info), progress=progress,
+                            log=log if info.is_main else _quiet, paper_dir=paper_dir, rank=info.rank))
+        except BaseException as exc:
+            if store is not None:
+                store.fail_run(result.run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+            raise
+        result.status = "finished"
+        result.wall_seconds = time.perf_counter() - start
         return result
-    try:
-        _run(RunContext(cfg, store, result.run_id, result, seed=run_seed, resume=resume,
-                        device=rank_device(run_device, info), progress=progress, log=log if info.is_main else _quiet,
-                        paper_dir=paper_dir, rank=info.rank))
-    except BaseException as exc:
-        if store is not None:
-            store.fail_run(result.run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
-        raise
-    result.status = "finished"
-    result.wall_seconds = time.perf_counter() - start
-    return result
 
 
 def reproduce_seeds(name: str, scale: str | None = None, *, seeds: list[int] | None = None,
