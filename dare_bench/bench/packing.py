@@ -21,7 +21,10 @@ backward, AdamW) on the same rows and masks, interleaved; the median step time o
     dare-bench bench packing --device cuda --d-model 1024 --layers 8 --rows 64 --attention flash_attn   # one GPU
 
 Output: a table; `--json` prints `{"results": [{"family", "layout", "padded_s", "packed_s", "speedup",
-"bound", "max_loss_diff", "padded_rows", "packed_rows", "real_tokens", "padded_tokens"}], "settings": {...}}`.
+"bound", "max_loss_diff", "padded_rows", "packed_rows", "real_tokens", "padded_tokens",
+"padded_fraction_of_bf16_peak", "packed_fraction_of_bf16_peak", "bf16_peak_flops_per_second"}], "settings": {...}}`;
+a fraction of peak is the step's useful FLOP/s (3 x the weight matmuls of the real tokens, `bench/roofline.py`)
+against a bf16 GEMM measured in the same run (issue #15 item 7).
 Goal (issue #15 item 3): speedup >= 2 with the loss equal (<= 1e-6).
 """
 
@@ -137,6 +140,7 @@ def measure(family: str, layout: str, plen: list[int], clen: list[int], *, gen_l
     """One family x layout: padded and packed training steps, interleaved (module doc)."""
     import torch
 
+    from dare_bench.bench.roofline import matmul_flops_per_token, matmul_peak
     from dare_bench.diffusion.packing import PackedModel, first_fit_decreasing
 
     padded_model = _model(family, d_model, layers, heads, device, attention)
@@ -169,7 +173,13 @@ def measure(family: str, layout: str, plen: list[int], clen: list[int], *, gen_l
     real = [p + (c if layout == "elbo" else gen_length) for p, c in zip(plen, clen)]
     blocks = 2 if padded_model.traits.is_block_diffusion else 1  # the BD3 layout doubles every row
     padded_s, packed_s = statistics.median(times["padded"]), statistics.median(times["packed"])
+    # how close to the machine's limit (issue #15 item 7): the useful work, 3 x the forward's weight matmuls (forward
+    # + backward) over the real tokens, per second, against a bf16 GEMM measured now at this thread count
+    useful = 3 * matmul_flops_per_token(padded_model) * blocks * sum(real)
+    peak = matmul_peak("bfloat16", device)["flops_per_second"]
     return {"family": family, "layout": layout, "padded_s": padded_s, "packed_s": packed_s,
+            "padded_fraction_of_bf16_peak": useful / padded_s / peak,
+            "packed_fraction_of_bf16_peak": useful / packed_s / peak, "bf16_peak_flops_per_second": peak,
             "speedup": padded_s / packed_s, "bound": len(real) * (width + gen_length) / sum(real),
             "max_loss_diff": max(abs(a - b) for a, b in zip(losses["padded"], losses["packed"])),
             "padded_rows": len(real), "packed_rows": len(first_fit_decreasing(real, max(real))),
@@ -200,11 +210,16 @@ def _table(out: dict[str, Any]) -> str:
              f"{s['d_model']}, {s['layers']} layers, {s['device']} / {s['attention']}, LM head "
              f"{'chunked ' + str(s['head_chunk']) if s['head_chunk'] else 'materialised'}",
              f"{'family':8} {'layout':6} {'padded s':>9} {'packed s':>9} {'speedup':>8} {'bound':>6} "
-             f"{'rows':>7} {'|dloss|':>9}"]
+             f"{'rows':>7} {'|dloss|':>9} {'of peak':>15}"]
     for r in out["results"]:
         lines.append(f"{r['family']:8} {r['layout']:6} {r['padded_s']:9.3f} {r['packed_s']:9.3f} "
                      f"{r['speedup']:7.2f}x {r['bound']:5.2f}x {r['padded_rows']:>3}->{r['packed_rows']:<3} "
-                     f"{r['max_loss_diff']:9.1e}")
+                     f"{r['max_loss_diff']:9.1e} {r['padded_fraction_of_bf16_peak']:6.1%} -> "
+                     f"{r['packed_fraction_of_bf16_peak']:6.1%}")
+    if out["results"]:
+        lines.append("of peak: useful FLOP/s (3 x the weight matmuls over the real tokens, bench/roofline.py) against "
+                     f"a bf16 GEMM measured in this run ({out['results'][0]['bf16_peak_flops_per_second'] / 1e9:.0f} "
+                     "GFLOP/s), padded -> packed")
     lines.append(f"goal: speedup >= {GOAL_SPEEDUP}x with |dloss| <= {GOAL_LOSS:g}; bound = padded / real tokens "
                  "(what removing all padding could give)")
     return "\n".join(lines)

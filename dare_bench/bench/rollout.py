@@ -23,7 +23,10 @@ Paths, all on the same prompts in the same process:
 
 Each row reports tokens/s (generated tokens per wall second), forwards, tokens per forward, token-forwards (sum of
 query tokens: a hardware-free FLOP proxy) and agreement of the output tokens with the vanilla path; the table adds
-the speed ratio to vanilla. `--json` prints `{"rows": [...]}` only.
+the speed ratio to vanilla, and how close each path runs to the machine's limit (issue #15 item 7): its achieved
+weight-matmul FLOP/s (`bench/roofline.py`: token-forwards x 2 x the matmul weights a token passes, a lower bound)
+as a fraction of a bf16 GEMM's FLOP/s measured in the same run at the same thread count (AMX on this CPU; on a GPU
+the same against its bf16 peak). `--json` prints `{"rows": [...]}` only.
 """
 
 from __future__ import annotations
@@ -146,11 +149,15 @@ def _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, 
          block_sampling, echo):
     import torch
 
+    from dare_bench.bench.roofline import matmul_flops_per_token, matmul_peak
     from dare_bench.diffusion.sampling import generate
 
+    # the machine's limit, measured in this run at this thread count: AMX bf16 on this CPU, and the run's dtype
+    peaks = {d: matmul_peak(d, device)["flops_per_second"] for d in dict.fromkeys(("bfloat16", dtype))}
     rows: list[dict[str, Any]] = []
     for family in families:
         model = build_model(family, d_model, prompt_length + max(gen_lengths) + 64, seed, device, dtype, head_scale)
+        flops_per_token = matmul_flops_per_token(model)
         vocab = model.config.get("vocab_size") or model.config.get("embedding_size")
         special = {model.traits.mask_token_id, model.traits.eos_token_id, model.traits.pad_token_id}
         g = torch.Generator().manual_seed(seed + 1)
@@ -182,6 +189,9 @@ def _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, 
                     "wall_seconds": st.wall_seconds,
                     "agreement_with_vanilla": agreement,
                 }
+                achieved = flops_per_token * st.token_forwards / st.wall_seconds if st.wall_seconds else 0.0
+                row.update(achieved_flops_per_second=achieved, fraction_of_bf16_peak=achieved / peaks["bfloat16"],
+                           fraction_of_dtype_peak=achieved / peaks[dtype], bf16_peak_flops_per_second=peaks["bfloat16"])
                 rows.append(row)
                 if echo is not None:
                     echo(row)
@@ -195,12 +205,17 @@ def _run(families, gen_lengths, d_model, prompt_length, batch, threshold, seed, 
 
 def _format(rows: list[dict[str, Any]]) -> str:
     head = (f"{'family':8} {'gen':>5} {'path':18} {'tok/s':>9} {'fwd':>6} {'tok/fwd':>8} {'agree':>7} "
-            f"{'speedup':>8} {'tokfwd ratio':>12}")
+            f"{'speedup':>8} {'tokfwd ratio':>12} {'GFLOP/s':>8} {'of peak':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['family']:8} {r['gen_length']:>5} {r['path']:18} {r['tokens_per_second']:>9.1f} "
                      f"{r['forwards']:>6} {r['tokens_per_forward']:>8.2f} {r['agreement_with_vanilla']:>7.1%} "
-                     f"{r['speedup_vs_vanilla']:>7.2f}x {r['token_forward_ratio']:>11.1f}x")
+                     f"{r['speedup_vs_vanilla']:>7.2f}x {r['token_forward_ratio']:>11.1f}x "
+                     f"{r['achieved_flops_per_second'] / 1e9:>8.1f} {r['fraction_of_bf16_peak']:>7.1%}")
+    if rows:
+        lines.append(f"GFLOP/s: weight matmuls only (bench/roofline.py, a lower bound); of peak: against a bf16 GEMM "
+                     f"measured in this run at this thread count ({rows[0]['bf16_peak_flops_per_second'] / 1e9:.0f} "
+                     "GFLOP/s)")
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from testpaths import DARE_DATA
@@ -25,6 +26,10 @@ def test_bench_packing_json_small():
         assert r["max_loss_diff"] <= 1e-6, r  # same draws, same numbers
         assert r["real_tokens"] < r["padded_tokens"] and r["bound"] > 1
         assert r["packed_rows"] <= r["padded_rows"] == 8
+        assert 0 < r["padded_fraction_of_bf16_peak"] < 1 and 0 < r["packed_fraction_of_bf16_peak"] < 1
+        # the same useful work in less time is a larger fraction
+        assert r["packed_fraction_of_bf16_peak"] / r["padded_fraction_of_bf16_peak"] == \
+            pytest.approx(r["speedup"])
     s = data["settings"]
     assert len(s["prompt_lengths"]) == len(s["completion_lengths"]) == 8
     assert all(16 <= c <= 64 for c in s["completion_lengths"]) and s["data"].endswith("gsm8k_1.parquet")

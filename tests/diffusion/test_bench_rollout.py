@@ -29,6 +29,10 @@ def test_bench_rollout_cli_json():
     assert by[("sdar", "exact_cache")]["agreement_with_vanilla"] == 1.0
     assert by[("sdar", "exact_cache")]["token_forwards"] < by[("sdar", "vanilla")]["token_forwards"]
     assert {"threshold", "prefix+threshold", "dual+threshold"} <= {p for f, p in by if f == "llada"}
+    for r in rows:  # how close to the machine's limit (issue #15 item 7): a fraction of a peak measured in the run
+        assert r["bf16_peak_flops_per_second"] > 0 and 0 < r["fraction_of_bf16_peak"] < 1
+        assert r["achieved_flops_per_second"] == pytest.approx(r["fraction_of_bf16_peak"] *
+                                                               r["bf16_peak_flops_per_second"])
 
 
 @pytest.mark.parametrize("args", [["--families", "gpt2"], ["--gen-lengths", "x"], ["--gen-lengths", "0"]])
