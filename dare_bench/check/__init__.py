@@ -81,32 +81,16 @@ import typer
 from dare_bench.errors import ConfigError, DareBenchError, print_error
 from dare_bench.fileio import DB_HELP
 
+# one copy of the thread pin: recording and checking at the same thread count keeps the reduction order independent
+# of the machine's core count (and tiny models run as fast on one thread, without collapsing on shared cores)
+from dare_bench.pipeline import pinned_threads  # re-exported: check's callers and tests use it
+
 DEFAULT_ALPHA = 0.01
 DEFAULT_SEEDS = 3
 DEFAULT_THREADS = 1
 EXIT = {"pass": 0, "fail": 1, "error": 2}
 
 Log = Callable[[str], Any]
-
-
-@contextlib.contextmanager
-def pinned_threads(threads: int | None) -> Iterator[None]:
-    """Run torch with `threads` intra-op threads for the duration (None: leave it as it is).
-
-    Recording and checking with the same thread count keeps the floating-point reduction order independent of the
-    machine's core count; and the tiny models run as fast on one thread, without collapsing when cores are shared.
-    """
-    if threads is None:
-        yield
-        return
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 @contextlib.contextmanager

@@ -64,6 +64,22 @@ TINY_THREADS = 1  # torch threads of a tiny / micro run unless OMP_NUM_THREADS i
 
 
 @contextlib.contextmanager
+def pinned_threads(threads: int | None):
+    """Run torch with `threads` intra-op threads for the duration, then restore the count (None: leave it)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextlib.contextmanager
 def default_threads(scale: str):
     """tiny / micro: one torch thread, unless the user set OMP_NUM_THREADS. Why (issue #16): a tiny model runs
     about as fast on one thread, while the default pool (one thread per core) on a machine other jobs share was seen
@@ -71,17 +87,9 @@ def default_threads(scale: str):
     tiny base's weights, then does not depend on the machine's core count. paper: torch's default (all cores)."""
     import os
 
-    import torch
-
-    if scale not in ("tiny", "micro") or os.environ.get("OMP_NUM_THREADS"):
+    tiny = scale in ("tiny", "micro") and not os.environ.get("OMP_NUM_THREADS")
+    with pinned_threads(TINY_THREADS if tiny else None):
         yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(TINY_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, db: str | None = None,
