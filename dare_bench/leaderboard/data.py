@@ -256,7 +256,11 @@ def source_label(row: pd.Series) -> str:
     return " · ".join(parts)
 
 
-def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: str | None) -> pd.DataFrame:
+PAPER_SCALES = ("paper", "official")  # the scales a published number can be compared with
+
+
+def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: str | None,
+                           scale: str | None = None) -> pd.DataFrame:
     """One row per (algorithm, task) known to either side and per setting the table reports for it (d1's Table 1
     gives one row per generation length): reported %, reproduced %, difference, source.
 
@@ -265,8 +269,12 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
     one its reported number measures, even where the names differ (DARE calls its sudoku mean score
     "accuracy"; we record it as "score"); both names are shown. A report with our metric's name wins over
     another of the same table and settings. Reproduced values are converted by `to_percent` (column `unit` says
-    so); a cell with no run or no report says which is missing instead of showing a number.
+    so); a cell with no run or no report says which is missing instead of showing a number. `scale`: the scale of
+    `cells`; below paper scale (a tiny / micro replica on a CPU-learnable stand-in) a published number is not the
+    same experiment, so such a cell shows both numbers but no difference, with status "not comparable (tiny
+    replica)" (None: the caller does not say, differences are shown).
     """
+    comparable = scale is None or scale in PAPER_SCALES
     rep = reported if table is None else reported[reported["table"] == table]
     rep = rep.rename(columns={"metric": "reported_metric"})
     ours = cells[["algorithm", "task", "metric", "n", "mean", "ci95"]] if len(cells) else pd.DataFrame(
@@ -289,8 +297,9 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
             "reported_metric": r["reported_metric"] if has_rep else "",
             "reported": float(r["value"]) if has_rep else None,
             "reproduced": repro, "ci95": ci, "runs": int(r["n"]) if has_run else 0,
-            "difference": (repro - float(r["value"])) if has_run and has_rep else None,
-            "status": "ok" if has_run and has_rep else ("no run" if has_rep else "no report"),
+            "difference": (repro - float(r["value"])) if has_run and has_rep and comparable else None,
+            "status": (("ok" if comparable else f"not comparable ({scale} replica)") if has_run and has_rep
+                       else ("no run" if has_rep else "no report")),
             "unit": "percent (ours ×100)" if metric in FRACTION_METRICS else "as stored",
             "source": source_label(r) if has_rep else "",
             "table": r["table"] if has_rep else "",
@@ -301,7 +310,7 @@ def reported_vs_reproduced(cells: pd.DataFrame, reported: pd.DataFrame, table: s
                                       "ci95", "runs", "difference", "status", "unit", "source", "table", "settings",
                                       "note"])
     # Cells with both numbers first, then ours without a report, then reported cells we have not run.
-    order = out["status"].map({"ok": 0, "no report": 1, "no run": 2})
+    order = out["status"].map(lambda v: {"no report": 1, "no run": 2}.get(v, 0))
     # stable: the settings of one cell keep the source's order (128, 256, 512)
     return (out.assign(_o=order).sort_values(["_o", "task", "algorithm"], kind="stable").drop(columns="_o")
             .reset_index(drop=True))

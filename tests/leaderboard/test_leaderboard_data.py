@@ -91,6 +91,20 @@ def test_reported_vs_reproduced_normalises_to_percent(winners_db):
     assert list(cmp["status"])[:3] == ["ok", "ok", "no report"]
 
 
+def test_reported_vs_reproduced_below_paper_scale_is_not_comparable(winners_db):
+    """A micro / tiny replica is not the published experiment: both numbers, no difference (issue #16)."""
+    engine = L.open_reader(winners_db)
+    cells = L.winners(engine, backbone="llada", scale="micro")
+    reported, _ = L.reported_scores(engine, "llada")
+    cmp = L.reported_vs_reproduced(cells, reported, "dare-algorithm-comparison", "micro")
+    d1 = cmp.set_index(["algorithm", "task"]).loc[("d1", "sudoku")]
+    assert d1.reported == pytest.approx(31.8) and d1.reproduced == pytest.approx(45.0)
+    assert pd.isna(d1.difference) and d1.status == "not comparable (micro replica)"
+    paper = L.reported_vs_reproduced(cells, reported, "dare-algorithm-comparison", "paper")
+    assert paper.set_index(["algorithm", "task"]).loc[("d1", "sudoku")].difference == pytest.approx(45.0 - 31.8)
+    assert list(cmp["status"]).index("no report") > list(cmp["status"]).index("not comparable (micro replica)")
+
+
 def test_reported_matches_our_metric_under_another_name(tmp_path):
     """At paper scale sudoku's primary metric is "score", which DARE's table calls "accuracy"."""
     store = Store(f"sqlite:///{tmp_path / 't.db'}")
