@@ -147,8 +147,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_benchmark(families: list[str], *, layers: int = 2, hidden: int = 256, prompts: int = 1, group: int = 4,
-                  gen_length: int = 64, steps: int = 1, dtype: str = "bfloat16", device: str = "cpu",
+def run_benchmark(families: list[str], *, layers: int = 2, hidden: int = 256, prompts: int = 1, group: int = 2,
+                  gen_length: int = 32, steps: int = 1, dtype: str = "bfloat16", device: str = "cpu",
                   attention: str = "sdpa", data: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dare-bench-rlstep-") as tmp:
         rows = [r for f in families for r in measure_family(
@@ -187,8 +187,10 @@ def register(group: typer.Typer) -> None:
         layers: int = typer.Option(2, "--layers", help="decoder layers of the shrunk checkpoint"),
         hidden: int = typer.Option(256, "--hidden", help="hidden size of the shrunk checkpoint"),
         prompts: int = typer.Option(1, "--prompts", help="prompts per RL step"),
-        group_size: int = typer.Option(4, "--group", help="completions per prompt"),
-        gen_length: int = typer.Option(64, "--gen-length", help="rollout tokens (the recipes': 256-512)"),
+        group_size: int = typer.Option(2, "--group", help="completions per prompt"),
+        gen_length: int = typer.Option(32, "--gen-length", help="rollout tokens (the recipes': 256-512; CPU-sized "
+                                                                "default: the plain MDLM path computes every "
+                                                                "position's logits at every step)"),
         steps: int = typer.Option(1, "--steps", help="timed RL steps per path (after one warm-up step)"),
         dtype: str = typer.Option("bfloat16", "--dtype", help="compute dtype of both paths: bfloat16 | float32"),
         device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
