@@ -32,7 +32,15 @@ from dare_bench.errors import StoreError
 from dare_bench.store import environment
 from dare_bench.store.engine import READ_ONLY, open_database, resolve_url
 from dare_bench.store.models import Evaluation, ReportedScoreRow, Run, Sample, StepMetric
-from dare_bench.store.records import EvaluationRecord, ResultFile, RunRecord, new_uid, read_result_file, utcnow
+from dare_bench.store.records import (
+    EvaluationRecord,
+    ResultFile,
+    RunRecord,
+    check_integrity,
+    new_uid,
+    read_result_file,
+    utcnow,
+)
 
 METRIC_COLUMNS = ("reward_mean", "reward_std", "loss", "kl", "entropy", "tokens_per_forward", "peak_memory_mb")
 
@@ -271,7 +279,9 @@ class Store:
     def ingest(self, path: str | Path) -> dict[str, int]:
         """Load result files (a file, or every *.json under a directory) in one transaction.
 
-        Every file is validated before anything is written: one corrupt file means nothing is ingested.
+        Every file is validated before anything is written (`records.check_integrity`: the config hash recomputed
+        from the stored config, the package / machine record present): one corrupt or edited file means nothing is
+        ingested.
         Runs and evaluations already present (same uid) are skipped, so re-ingesting is a no-op.
         """
         path = Path(path)
@@ -284,6 +294,8 @@ class Store:
 
             raise DataError(f"{path}: no such file or directory")
         parsed = [(f, read_result_file(f)) for f in files]
+        for f, result in parsed:  # an edited or incomplete run record refuses the whole ingest
+            check_integrity(result, f)
         counts = {"files": len(files), "runs": 0, "evaluations": 0, "metrics": 0, "skipped_evaluations": 0}
         with self._tx() as s:
             for _f, result in parsed:

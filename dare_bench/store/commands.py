@@ -6,7 +6,9 @@
     dare-bench ingest PATH                                    # result files from separate evaluation jobs
 
 Every command takes `--db` (a path or any SQLAlchemy URL; default: env DARE_BENCH_DB, else
-$DARE_BENCH_HOME/results.db). `ingest` validates every file before writing anything, writes them in one
+$DARE_BENCH_HOME/results.db). `ingest` validates every file before writing anything (a run record whose
+config_hash is not the hash of its stored config, i.e. an edited record, or one without its package / machine
+record is refused), writes them in one
 transaction, and skips what is already there (re-ingesting is a no-op); it also refreshes the reported scores
 from the registry. Result files (`"format": "dare-bench-result"`) are written by jobs that run apart from the
 database with `dare_bench.store.write_result_file`; the JSON of `dare-bench eval --output` is an evaluation

@@ -141,3 +141,28 @@ def read_result_file(path: str | Path) -> ResultFile:
         loc = ".".join(str(p) for p in err["loc"])
         more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise DataError(f"{path}: invalid result file at {loc}: {err['msg']}{more}") from None
+
+
+def check_integrity(result: ResultFile, path: str | Path) -> None:
+    """Refuse a result whose run record was edited or is incomplete, before anything is written (`ingest`):
+    - its `config_hash` must be the content hash of its stored config, recomputed here (an edited learning rate, seed
+      list or score-relevant setting changes it), and the config must still validate under this dare-bench;
+    - it must carry the package and machine record (`packages.torch`, `hardware`) that says where it ran.
+    A DataError names the file and the run."""
+    from dare_bench.config import RunConfig
+
+    run = result.run
+    where = f"{path}: run {run.uid} ({run.reproduction}, seed {run.seed})"
+    try:
+        recomputed = RunConfig.from_dict(run.config).content_hash
+    except Exception as exc:  # a DareBenchError or pydantic's ValidationError: either way not checkable here
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{where}: its config does not validate under this dare-bench, so its hash cannot be "
+                        f"checked ({first}); refused") from None
+    stated = {run.config_hash, run.config.get("content_hash", run.config_hash)}
+    if stated != {recomputed}:
+        raise DataError(f"{where}: config_hash {run.config_hash[:12]} is not the hash of its config "
+                        f"({recomputed[:12]}): the record was edited after it was written; refused")
+    if not run.packages.get("torch") or not run.hardware:
+        raise DataError(f"{where}: no package / machine record (packages.torch and hardware are required: where "
+                        "and with what it ran); refused")

@@ -141,3 +141,24 @@ def test_runs_filters(tmp_path, spec, db_url):
     assert "did you mean d1-llada-sudoku" in str(typo.exception)
     bad = runner.invoke(app, ["runs", "--db", db_url, "--status", "done"])
     assert "unknown status" in str(bad.exception)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["run"]["config"]["profile"]["train"].update(lr=0.5), "is not the hash of its config"),
+    (lambda d: d["run"].update(config_hash="0" * 64), "is not the hash of its config"),
+    (lambda d: d["run"].update(packages={}), "no package / machine record"),
+    (lambda d: d["run"].update(hardware={}), "no package / machine record"),
+    (lambda d: d["run"]["config"]["profile"].update(no_such_field=1), "does not validate under this dare-bench"),
+])
+def test_an_edited_or_incomplete_run_record_is_refused_and_nothing_is_written(tmp_path, spec, db_url, edit, message):
+    """Integrity (issue #16, bundles): the config hash is recomputed from the stored config, and the package /
+    machine record must be there; one bad file refuses the whole ingest."""
+    out = _results(tmp_path, spec)
+    path = out / "job-1.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["ingest", str(out), "--db", db_url])
+    assert result.exit_code != 0 and isinstance(result.exception, DataError)
+    assert message in str(result.exception) and "job-1.json" in str(result.exception)
+    assert Store(db_url).latest_runs() == []
