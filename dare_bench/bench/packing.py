@@ -135,12 +135,13 @@ def _loss(model, ids, attn, width, draw, layout: str, gen_length: int, head_chun
 
 
 def measure(family: str, layout: str, plen: list[int], clen: list[int], *, gen_length: int, d_model: int,
-            layers: int, heads: int, steps: int, device: str, attention: str, head_chunk: int | None = 256,
-            seed: int = 0) -> dict[str, Any]:
-    """One family x layout: padded and packed training steps, interleaved (module doc)."""
+            layers: int, heads: int, steps: int, device: str, attention: str, peak_flops: float,
+            head_chunk: int | None = 256, seed: int = 0) -> dict[str, Any]:
+    """One family x layout: padded and packed training steps, interleaved (module doc); `peak_flops`: the bf16
+    GEMM FLOP/s the step's useful FLOP/s is a fraction of."""
     import torch
 
-    from dare_bench.bench.roofline import matmul_flops_per_token, matmul_peak
+    from dare_bench.bench.roofline import matmul_flops_per_token
     from dare_bench.diffusion.packing import PackedModel, first_fit_decreasing
 
     padded_model = _model(family, d_model, layers, heads, device, attention)
@@ -174,12 +175,11 @@ def measure(family: str, layout: str, plen: list[int], clen: list[int], *, gen_l
     blocks = 2 if padded_model.traits.is_block_diffusion else 1  # the BD3 layout doubles every row
     padded_s, packed_s = statistics.median(times["padded"]), statistics.median(times["packed"])
     # how close to the machine's limit (issue #15 item 7): the useful work, 3 x the forward's weight matmuls (forward
-    # + backward) over the real tokens, per second, against a bf16 GEMM measured now at this thread count
+    # + backward) over the real tokens, per second, against a bf16 GEMM measured once per run (`run_benchmark`)
     useful = 3 * matmul_flops_per_token(padded_model) * blocks * sum(real)
-    peak = matmul_peak("bfloat16", device)["flops_per_second"]
     return {"family": family, "layout": layout, "padded_s": padded_s, "packed_s": packed_s,
-            "padded_fraction_of_bf16_peak": useful / padded_s / peak,
-            "packed_fraction_of_bf16_peak": useful / packed_s / peak, "bf16_peak_flops_per_second": peak,
+            "padded_fraction_of_bf16_peak": useful / padded_s / peak_flops,
+            "packed_fraction_of_bf16_peak": useful / packed_s / peak_flops, "bf16_peak_flops_per_second": peak_flops,
             "speedup": padded_s / packed_s, "bound": len(real) * (width + gen_length) / sum(real),
             "max_loss_diff": max(abs(a - b) for a, b in zip(losses["padded"], losses["packed"])),
             "padded_rows": len(real), "packed_rows": len(first_fit_decreasing(real, max(real))),
@@ -189,10 +189,14 @@ def measure(family: str, layout: str, plen: list[int], clen: list[int], *, gen_l
 def run_benchmark(families: list[str], layouts: list[str], *, rows: int, gen_length: int, d_model: int,
                   layers: int, heads: int, steps: int, device: str, attention: str, data: str | None,
                   head_chunk: int | None = 256, seed: int = 0) -> dict[str, Any]:
+    from dare_bench.bench.roofline import matmul_peak
+
     path = gsm8k_file(data)
     plen, clen = length_mix(path, rows, gen_length, seed)
+    peak = matmul_peak("bfloat16", device)["flops_per_second"]  # the machine's limit, at this thread count
     results = [measure(f, lay, plen, clen, gen_length=gen_length, d_model=d_model, layers=layers, heads=heads,
-                       steps=steps, device=device, attention=attention, head_chunk=head_chunk, seed=seed)
+                       steps=steps, device=device, attention=attention, peak_flops=peak, head_chunk=head_chunk,
+                       seed=seed)
                for f in families for lay in layouts]
     settings = {"rows": rows, "gen_length": gen_length, "d_model": d_model, "layers": layers, "heads": heads,
                 "steps": steps, "device": device, "attention": attention, "head_chunk": head_chunk,

@@ -17,9 +17,9 @@ Protocol, per family, all in one process:
 - plain: rollouts without a cache (`use_cache: none`), padded update forwards (`train.packing` off), materialised
   `[tokens, vocab]` logits (`train.lm_head_chunk_tokens` unset), the per-expert MoE loop (`model.moe: loop`).
 - fast: the entry's pinned paper settings: Fast-dLLM's prefix cache for MDLM rollouts (DARE's recipes) or the
-  exact block KV cache for BDLM, packing, the 256-token chunked LM head, grouped MoE experts where the backbone has
-  experts. FlexAttention is not in the fast path on CPU (torch 2.13 has no CPU backward for it); `--attention flex`
-  puts it in both paths on a GPU.
+  exact block KV cache for BDLM, packing, the 256-token chunked LM head, and its `model.moe` (grouped experts on
+  LLaDA2; dense backbones have no experts). FlexAttention is not in the fast path on CPU (torch 2.13 has no CPU
+  backward for it); `--attention flex` puts it in both paths on a GPU.
 - Both paths compute in `--dtype` (the paper profiles' bfloat16 by default: fp32 master weights, bf16 autocast;
   AMX on this CPU) with `--threads` torch threads.
 Reported per path: the median seconds of rollout, prepare (old / reference terms), update (backward + AdamW) and
@@ -53,11 +53,12 @@ PATHS = ("plain", "fast")
 TIMES = ("time_rollout_s", "time_prepare_s", "time_update_s", "time_step_s")
 
 
-def path_settings(train, path: str) -> tuple[Any, str]:
-    """(TrainSettings, model.moe) of one path: `fast` is the recipe as pinned (grouped experts), `plain` switches
-    every speed setting off."""
+def path_settings(train, pinned_moe: str, path: str) -> tuple[Any, str]:
+    """(TrainSettings, model.moe) of one path: `fast` is the recipe as pinned (its rollout cache, packing, chunked
+    head and `model.moe`), `plain` switches every speed setting off (no cache, padded, full logits, the expert
+    loop)."""
     if path == "fast":
-        return train, "grouped"
+        return train, pinned_moe
     rollout = train.rollout.model_copy(update={"extra": {**train.rollout.extra, "use_cache": "none"}})
     return train.model_copy(update={"rollout": rollout, "packing": False, "lm_head_chunk_tokens": None}), "loop"
 
@@ -88,6 +89,7 @@ def measure_family(family: str, *, layers: int, hidden: int, prompts: int, group
     from dare_bench.bench.packing import gsm8k_file
     from dare_bench.catalogue import backbone as backbone_spec
     from dare_bench.models import load_pretrained, load_tokenizer
+    from dare_bench.models.moe import moe_blocks
     from dare_bench.models.shrink import shrink_checkpoint
     from dare_bench.pipeline.plan import _plugin_name
     from dare_bench.registry import load_registry
@@ -102,18 +104,17 @@ def measure_family(family: str, *, layers: int, hidden: int, prompts: int, group
     shrink_checkpoint(real, ckpt, layers=layers, hidden=hidden, seed=0, dtype="float32")
     tokenizer = load_tokenizer(ckpt)
     task = cfg.run_task()
-    items = load_train_items(task, [str(gsm8k_file(data))])[: max(prompts * (steps + 1), prompts)]
+    items = load_train_items(task, [str(gsm8k_file(data))])[: prompts * (steps + 1)]  # one batch per RL step
+    prompt_tokens = _mean_prompt_tokens(task, items[:prompts], tokenizer)
     rows = []
     for path in PATHS:
-        settings, moe = path_settings(train, path)
+        settings, moe = path_settings(train, cfg.profile.model.moe, path)
         torch.manual_seed(0)
         model = load_pretrained(ckpt, dtype="float32", device=device, attention=attention, moe=moe)
         out = train_rl(model, tokenizer, task, _plugin_name(cfg.algorithm), settings,
                        RLRunOptions(seed=0, progress=False, items=items, prompt_template=tokenizer,
                                     grader=cfg.grader, compute_dtype=None if dtype == "float32" else dtype))
         timed = out.history[1:]  # step 1 warms up (allocator, kernels, the prompt cache)
-        from dare_bench.models.moe import moe_blocks
-
         # what the sampler ran: a block-diffusion rollout without the setting uses its default, the exact cache
         cache = settings.rollout.extra.get("use_cache") or ("exact" if kind == "block_causal" else "none")
         row = {"family": family, "entry": entry, "algorithm": cfg.algorithm, "path": path,
@@ -123,7 +124,7 @@ def measure_family(family: str, *, layers: int, hidden: int, prompts: int, group
                "rollout_forwards": statistics.median(h["rollout_forwards"] for h in timed),
                "tokens_per_forward": statistics.median(h["tokens_per_forward"] for h in timed),
                "completion_tokens": statistics.median(h["completion_tokens"] for h in timed),
-               "prompt_tokens": _mean_prompt_tokens(task, items[:prompts], tokenizer)}
+               "prompt_tokens": prompt_tokens}
         row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})
         rows.append(row)
         del model, out

@@ -40,8 +40,9 @@ def test_the_rollout_cache_is_part_of_the_config_hash():
 def test_plain_switches_every_speed_setting_off_and_fast_is_the_recipe():
     train = _paper("d1-llada-gsm8k").profile.train
     assert (train.packing, train.lm_head_chunk_tokens) == (True, 256)
-    fast, fast_moe = path_settings(train, "fast")
-    plain, plain_moe = path_settings(train, "plain")
+    assert _paper("bgpo-llada2-gsm8k").profile.model.moe == "grouped"  # the MoE backbone's pinned expert path
+    fast, fast_moe = path_settings(train, "grouped", "fast")
+    plain, plain_moe = path_settings(train, "grouped", "plain")
     assert fast is train and fast_moe == "grouped"
     assert plain.rollout.extra["use_cache"] == "none" and plain_moe == "loop"
     assert (plain.packing, plain.lm_head_chunk_tokens) == (False, None)
