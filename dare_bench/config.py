@@ -147,14 +147,41 @@ class LoraSettings(Strict):
     target_modules: list[str] | None = None
 
 
+class BaseTarget(Strict):
+    """The validation-target rule that picks a tiny base (issue #16: machine-stable bases). The base SFT holds out
+    the last `validation_items` training items (it never trains on them), evaluates them with the run's pinned
+    evaluation every `every` steps from `from_step`, and stops at the first checkpoint whose primary metric reaches
+    `value`. A fixed step is not machine-stable: on the steep part of the SFT curve the reduction order of a matmul
+    (1 vs 2 threads) moved LLaDA-sudoku's step-275 base from 20.6 % to 8.2 %; a target on held-out items moves only
+    the step it is reached at."""
+
+    value: float = Field(..., gt=0, le=1, description="the validation metric the base must reach")
+    every: int = Field(..., gt=0, description="SFT steps between validation checks")
+    from_step: int = Field(0, ge=0, description="first check (steps before it are never the base)")
+    max_steps: int = Field(..., gt=0, description="give up (an error) when the target is not reached by then")
+    validation_items: int = Field(256, gt=0, description="held out from the end of the training items")
+
+    @model_validator(mode="after")
+    def _reachable(self) -> "BaseTarget":
+        if self.from_step > self.max_steps:
+            raise ValueError(f"target.from_step {self.from_step} is past target.max_steps {self.max_steps}")
+        return self
+
+    def checks(self, step: int) -> bool:
+        """Whether the validation runs after SFT step `step`."""
+        return step >= self.from_step and (step - self.from_step) % self.every == 0
+
+
 class BaseRecipe(Strict):
     """SFT recipe of the shared tiny base model (tiny/micro scales): trained from scratch on the task once,
-    cached by its own hash, and reused by every algorithm of that backbone x task. The SFT runs exactly
-    `start_step` steps (the post-training start is that under-trained checkpoint)."""
+    cached by its own hash, and reused by every algorithm of that backbone x task. The post-training start is an
+    under-trained checkpoint, chosen either at a fixed SFT step (`start_step`) or by the validation-target rule
+    (`target`, machine-stable: `BaseTarget`). Exactly one of them is set (a layer that switches rule sets the other
+    to null)."""
 
     removed: ClassVar[dict[str, str]] = {
-        "steps": "the base SFT trains exactly `start_step` steps; set `start_step`",
-        "checkpoint_every": "the base keeps only its `start_step` checkpoint",
+        "steps": "the base SFT trains exactly `start_step` steps (or up to `target.max_steps`); set one of them",
+        "checkpoint_every": "the base keeps only its chosen checkpoint (`start_step`, or `target.every` checks)",
     }
 
     lr: float = Field(..., gt=0)
@@ -162,8 +189,27 @@ class BaseRecipe(Strict):
     batch_size: int = Field(..., gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
-    start_step: int = Field(..., gt=0, description="SFT steps: the checkpoint the post-training starts from")
+    start_step: int | None = Field(None, gt=0, description="fixed rule: the SFT step the post-training starts from")
+    target: BaseTarget | None = Field(None, description="validation-target rule (BaseTarget)")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> "BaseRecipe":
+        if (self.start_step is None) == (self.target is None):
+            raise ValueError("set exactly one of `start_step` (a fixed SFT step) or `target` (the validation-target "
+                             "rule); to switch rule in a layer or override, set the other to null "
+                             "(e.g. base.target=null base.start_step=300)")
+        return self
+
+    @property
+    def max_steps(self) -> int:
+        """The most SFT steps the base can take."""
+        return self.start_step if self.target is None else self.target.max_steps
+
+    @property
+    def held_out(self) -> int:
+        """Training items the base never trains on (the target rule's validation items)."""
+        return 0 if self.target is None else self.target.validation_items
 
 
 # ------------------------------------------------------------------------------------------ train / eval
@@ -484,7 +530,7 @@ def train_items_needed(profile: ScaleProfile, scale: str) -> int | None:
     if scale != "micro":
         return None
     train = profile.train
-    needed = max(profile.base.start_step * profile.base.batch_size if profile.base else 0,
+    needed = max(profile.base.max_steps * profile.base.batch_size + profile.base.held_out if profile.base else 0,
                  (train.steps or 1) * (train.batch_prompts or 1), 256)
     return needed if needed < 20000 else None
 
@@ -531,6 +577,9 @@ class RunConfig(Strict):
         d["data"] = [{k: v for k, v in rec.items() if k != "source"} for rec in d["data"]]
         if not d["profile"].get("task_options"):  # the default (none set) hashes as before the field existed
             d["profile"].pop("task_options", None)
+        base = d["profile"].get("base")
+        if base and base.get("target") is None:  # the fixed-step rule hashes as before `target` existed
+            base.pop("target", None)
         return d
 
     def run_task(self):

@@ -126,6 +126,16 @@ def _config(name: str, scale: str, overrides=()):
     return get(name).resolve(scale, list(overrides), with_data=True)
 
 
+def base_group(doc: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Whether the run started from the tiny base the baseline's runs did (weight hashes): "same", "other" (another
+    machine's numerics or recipe built other weights: the scores are compared across bases, which the report says),
+    or "unrecorded" (a baseline recorded before bases had identities)."""
+    recorded = sorted({r.get("base_sha256") for r in doc.get("runs", []) if r.get("base_sha256")})
+    now = current.get("base_sha256")
+    group = "unrecorded" if not recorded or not now else ("same" if now in recorded else "other")
+    return {"group": group, "baseline": recorded, "current": now}
+
+
 def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:
     """Tracked packages / CPU that differ from the recording: context for a failure, never a failure itself."""
     from dare_bench.store import environment
@@ -241,6 +251,7 @@ def run_check(names: list[str] | None = None, *, scale: str = "micro", db: str |
             if current.get("final") is None:
                 entry.update(status="fail", message=f"run {run_id} has no final evaluation")
                 continue
+            entry["base"] = base_group(doc, current)
             entry["checks"] = cmp.compare(doc, current, z_crit, alpha_each)
             failed = [c["name"] for c in entry["checks"] if c["status"] != "pass"]
             entry["status"] = "fail" if failed else "pass"
@@ -333,6 +344,10 @@ def table_lines(report: dict[str, Any]) -> list[str]:
         took = f", {e['wall_seconds']:.1f}s" if e["wall_seconds"] is not None else ""
         lines.append(f"{e['status'].upper():5} {e['name']} [{e['scale']}] ({where}{took})"
                      + (f": {e['message']}" if e["message"] else ""))
+        base = e.get("base") or {}
+        if base.get("group") == "other":
+            lines.append(f"      started from another base (weights {base['current'][:12]}; the baseline's "
+                         f"{', '.join(h[:12] for h in base['baseline'])}): compared across bases, not within one")
         if e.get("environment_changes") and e["status"] != "pass":
             lines.append("      recorded on another environment: " + ", ".join(
                 f"{k} {a} -> {b}" for k, (a, b) in e["environment_changes"].items()))

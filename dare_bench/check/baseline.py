@@ -106,7 +106,7 @@ def observe(store, run_id: int) -> dict[str, Any]:
     return {
         "run_id": run_id, "seed": run["seed"], "config_hash": run["config_hash"], "status": run["status"],
         "code_version": run["code_version"], "duration_s": run["duration_s"],
-        "rollouts_per_step": rollouts or None,
+        "rollouts_per_step": rollouts or None, "base_sha256": run.get("base_sha256"),
         "final": evals.get("final"), "base": evals.get("base"), "curves": curves,
     }
 

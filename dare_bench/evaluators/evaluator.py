@@ -457,13 +457,14 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
              batch_size: int | None = None, device: str = "cpu", dtype: str = "float32", progress: bool = True,
              sink: Sink | None = None, overrides: dict[str, Any] | None = None,
              generate_fn: Callable | None = None, shard: tuple[int, int] | None = None,
-             repeats: int = 1) -> EvalResult:
+             repeats: int = 1, items: Sequence[Any] | None = None) -> EvalResult:
     """Evaluate `model` (checkpoint dir, model preset or a loaded DiffusionLM + `tokenizer`) on `task`.
 
     `shard=(k, n)`: only the k-th of n contiguous shares of the items (data-parallel evaluation; the ranks'
     results are joined with `merge_shards`). `repeats=k`: every item is decoded k times, one record per sample
     with its `repeat`, and the metrics average all of them, as OpenCompass' repeatN datasets do (the mean of k
-    samples, not pass@k)."""
+    samples, not pass@k). `items`: evaluate these task items instead of loading `split` (the tiny base's held-out
+    validation items, `pipeline.base_cache`)."""
     t_start = time.perf_counter()
     task = resolve_task(task)
     check_grader(task, grader)
@@ -471,7 +472,13 @@ def evaluate(model, task, *, preset: str | SamplerPreset | None = None, tokenize
         raise ConfigError(f"--limit must be a positive integer, got {limit!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-    dataset = task.load(split=split, source=source, limit=limit)
+    if items is None:
+        dataset = task.load(split=split, source=source, limit=limit)
+    else:
+        from dare_bench.tasks.base import TaskDataset, sha256_items
+
+        given = list(items)[:limit] if limit else list(items)
+        dataset = TaskDataset(task.name, split, given, source="given items", fingerprint=sha256_items(given))
     items = list(dataset)
     if not items:
         raise DataError(f"task {task.name!r} ({split}) has no items to evaluate")

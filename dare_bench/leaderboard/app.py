@@ -159,17 +159,18 @@ def main() -> None:
                     + ".")
         else:
             winners = data.task_winners(cells)
-            best = cells[cells["best"]].drop_duplicates("task").set_index("task")["mean"]
+            best = cells[cells["best"]].drop_duplicates("group").set_index("group")["mean"]
             lines = [f"**{t}**: {', '.join(a)} ({best[t]:.3f})" for t, a in winners.items()]
             st.markdown("Best per task — " + " · ".join(lines))
             st.caption("Cell = mean of the primary metric (final evaluation) over runs ± 95 % CI (Student t over "
                        "seeds, shown when n > 1), n = runs behind the cell; ★ = best mean in the column "
-                       "(higher is better). Baseline = the untrained backbone.")
+                       "(higher is better). Baseline = the untrained backbone. Runs from different tiny bases "
+                       "(weight hash) are never pooled: such a task gets a column per base.")
             matrix = data.winner_matrix(cells)
             st.dataframe(_highlight_best(matrix), width="stretch")
             with st.expander("Cell statistics"):
-                st.dataframe(cells[["algorithm", "task", "metric", "n", "seeds", "mean", "std", "ci95", "min", "max",
-                                    "best"]], width="stretch", hide_index=True)
+                st.dataframe(cells[["algorithm", "task", "base", "metric", "n", "seeds", "mean", "std", "ci95",
+                                    "min", "max", "best"]], width="stretch", hide_index=True)
 
     with tab_rep:
         st.subheader(f"Reported vs reproduced — {backbone}, {scale} scale")

@@ -165,19 +165,22 @@ def _modified_clause(include_modified: bool) -> str:
 
 def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | None = None,
             algorithms: list[str] | None = None, include_modified: bool = False) -> pd.DataFrame:
-    """One row per (algorithm, task, metric): n runs, mean, 95 % CI half-width over runs (seeds), and `best`.
+    """One row per (algorithm, task, metric, base): n runs, mean, 95 % CI half-width over runs (seeds), and `best`.
 
     Aggregated in SQL (count, mean, mean of squares); only one backbone and ONE scale per call, so scales are
-    never mixed. `best` marks the highest mean per (task, metric); ties all win.
+    never mixed. Runs that started from different tiny bases (`runs.base_sha256`) are different groups: `group` is
+    the task, or "task @ <base hash>" where a task has runs on several bases, and `best` marks the highest mean per
+    (group, metric); ties all win.
     """
     sql = f"""
-        SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric, COUNT(*) AS n,
+        SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric,
+               COALESCE(r.base_sha256, '') AS base, COUNT(*) AS n,
                AVG(e.primary_value) AS mean, AVG(e.primary_value * e.primary_value) AS mean_sq,
                MIN(e.primary_value) AS min, MAX(e.primary_value) AS max, COUNT(DISTINCT r.seed) AS seeds,
                MAX(r.id) AS latest_run
         FROM ({_FINALS.format(modified=_modified_clause(include_modified))}) f
         JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
-        GROUP BY r.algorithm, f.task, e.primary_metric
+        GROUP BY r.algorithm, f.task, e.primary_metric, COALESCE(r.base_sha256, '')
     """
     df = _df(engine, sql, backbone=backbone, scale=scale)
     if tasks:
@@ -186,22 +189,25 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
         df = df[df["algorithm"].isin(algorithms)]
     df = df.reset_index(drop=True)
     if df.empty:
-        return df.assign(std=[], ci95=[], best=[])
+        return df.assign(group=[], std=[], ci95=[], best=[])
+    several = df.groupby("task")["base"].nunique().gt(1)
+    df["group"] = [f"{t} @ {b[:8] or 'no base record'}" if several[t] else t for t, b in zip(df["task"], df["base"])]
     n = df["n"].astype(float)
     var = ((df["mean_sq"] - df["mean"] ** 2).clip(lower=0.0) * n / (n - 1).where(n > 1)).fillna(0.0)
     df["std"] = var.pow(0.5).where(n > 1)
     df["ci95"] = [t95(int(k) - 1) * s / math.sqrt(k) if k > 1 else float("nan") for k, s in zip(df["n"], df["std"])]
-    top = df.groupby(["task", "metric"])["mean"].transform("max")
+    top = df.groupby(["group", "metric"])["mean"].transform("max")
     df["best"] = (df["mean"] - top).abs() <= 1e-12
-    return df.drop(columns=["mean_sq"]).sort_values(["task", "mean"], ascending=[True, False]).reset_index(drop=True)
+    return df.drop(columns=["mean_sq"]).sort_values(["group", "mean"], ascending=[True, False]).reset_index(drop=True)
 
 
 def winner_matrix(cells: pd.DataFrame) -> pd.DataFrame:
-    """algorithm × task text matrix: "0.412 ± 0.031 (n=3)"; the winner of each column is starred."""
+    """algorithm × task text matrix: "0.412 ± 0.031 (n=3)"; the winner of each column is starred. A task with runs
+    on several bases has a column per base (`winners`' `group`)."""
     if cells.empty:
         return pd.DataFrame()
-    multi = cells.groupby("task")["metric"].nunique().gt(1)
-    col = cells.apply(lambda r: f"{r.task} ({r.metric})" if multi.get(r.task, False) else r.task, axis=1)
+    multi = cells.groupby("group")["metric"].nunique().gt(1)
+    col = cells.apply(lambda r: f"{r.group} ({r.metric})" if multi.get(r.group, False) else r.group, axis=1)
 
     def fmt(r: pd.Series) -> str:
         ci = f" ± {r.ci95:.3f}" if r.n > 1 and not math.isnan(r.ci95) else ""
@@ -214,10 +220,10 @@ def winner_matrix(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
-    """task -> the algorithm(s) with the best mean."""
+    """task (or "task @ base" where a task has several bases) -> the algorithm(s) with the best mean."""
     if cells.empty:
         return {}
-    return {t: sorted(g.loc[g["best"], "algorithm"]) for t, g in cells.groupby("task")}
+    return {t: sorted(g.loc[g["best"], "algorithm"]) for t, g in cells.groupby("group")}
 
 
 # ----------------------------------------------------------------------------------- reported vs reproduced

@@ -216,6 +216,9 @@ def _run(ctx: RunContext) -> None:
         if ctx.is_main:
             barrier(info)
     base.model = base.model.to(ctx.device)
+    if base.identity is not None:
+        sel = base.identity["selection"]
+        ctx.log(f"base: weights {base.identity['weights_sha256'][:12]}, SFT step {sel['step']} ({sel['rule']} rule)")
 
     with _timed(stages, "base_eval"):
         base_record = evaluate_base(ctx, base)
@@ -231,7 +234,8 @@ def _run(ctx: RunContext) -> None:
     with _timed(stages, "final_eval"):
         final_record = evaluate_final(ctx, base, model, final_step, base_record)
     if ctx.store is not None:
-        ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record])
+        ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record],
+                             base=base.identity)
 
 
 def base_ready_prefix(metric: str) -> str:

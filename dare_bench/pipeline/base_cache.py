@@ -46,6 +46,7 @@ def load_base(ctx: RunContext) -> Base:
         model, base_dir, _ = build_base(cfg, task, tokenizer, list(train_data),
                                         data_fingerprint=str(train_data.fingerprint), log=ctx.log,
                                         progress=ctx.progress)
+        identity = base_identity(base_dir, model)
         from dare_bench.models.io import set_attention
 
         set_attention(model, cfg.profile.model.attention)  # the post-training backend (the base trains in sdpa)
@@ -63,7 +64,8 @@ def load_base(ctx: RunContext) -> Base:
         base_dir = dare_bench_home() / "bases" / f"paper-{cfg.backbone}-{cfg.task}-{cfg.content_hash[:16]}"
         base_dir.mkdir(parents=True, exist_ok=True)
         template = tokenizer
-    return Base(model, tokenizer, task, train_data, base_dir, template)
+        identity = None  # the real checkpoint: the run record's config names it (model.checkpoint, revision)
+    return Base(model, tokenizer, task, train_data, base_dir, template, identity)
 
 
 def drop_overlong(cfg, log: Log, task, train_data, tokenizer, template):
@@ -99,10 +101,12 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     return _hash([vocab, specials])
 
 
-def base_sft_setup(cfg, task, tokenizer, train_items):
+def base_sft_setup(cfg, task, tokenizer, train_items, *, steps: int | None = None):
     """(fresh model, SFT examples, SFT recipe) of the tiny base: the preset initialised from `base.seed`, the gold
-    answers EOS-padded to the run's answer length, `base.start_step` steps. The base cache and the calibration scan
-    (`pipeline.calibrate`) both start here, so a scan's step-k model is the base a `start_step: k` recipe builds."""
+    answers EOS-padded to the run's answer length, `steps` SFT steps (default: `base.start_step`, or the target
+    rule's `max_steps`). The target rule's validation items (`validation_items`) are not among the examples. The
+    base cache and the calibration scan (`pipeline.calibrate`) both start here, so a scan's step-k model is the
+    checkpoint k of the base's own SFT."""
     import torch
 
     from dare_bench.models.io import build_model
@@ -115,23 +119,79 @@ def base_sft_setup(cfg, task, tokenizer, train_items):
         torch.manual_seed(base.seed)
         model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
         model.init_weights()
-    examples = sft_examples(task, tokenizer, train_items, grader=cfg.grader, pad_to=_answer_length(cfg))
-    # The post-training start is an (under-trained) SFT checkpoint: train exactly to `start_step`.
-    sft_cfg = SFTConfig(steps=base.start_step, lr=base.lr, batch_size=base.batch_size,
+    sft_items = list(train_items)[:len(train_items) - len(validation_items(cfg, train_items))]
+    examples = sft_examples(task, tokenizer, sft_items, grader=cfg.grader, pad_to=_answer_length(cfg))
+    # The post-training start is an (under-trained) SFT checkpoint: train exactly to the chosen step.
+    sft_cfg = SFTConfig(steps=steps or base.max_steps, lr=base.lr, batch_size=base.batch_size,
                         warmup_steps=base.warmup_steps, weight_decay=base.weight_decay,
                         grad_clip=base.max_grad_norm or 1e9, seed=base.seed)
     return model, examples, sft_cfg
 
 
+def validation_items(cfg, train_items) -> list:
+    """The target rule's held-out validation items: the last `base.target.validation_items` training items (none
+    under the fixed-step rule). Drawn from the training split, never the test split, so choosing the base never
+    looks at what is reported; a training set too small to spare them is a DataError."""
+    from dare_bench.errors import DataError
+
+    held = cfg.profile.base.held_out
+    if not held:
+        return []
+    if len(train_items) < 2 * held:
+        raise DataError(f"base.target.validation_items {held} needs at least {2 * held} training items; "
+                        f"{cfg.task} has {len(train_items)} here (lower base.target.validation_items)")
+    return list(train_items)[-held:]
+
+
+def weights_sha256(model) -> str:
+    """sha256 over the model's tensors (names, dtypes, shapes and bytes, in name order): the base's identity in the
+    run record. Two bases with one hash are the same weights, whatever machine trained them."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def select_by_target(cfg, model, tokenizer, task, val_items, log: Log):
+    """(after_step hook, selection dict) of the validation-target rule: the hook evaluates `val_items` at the
+    rule's check steps and returns True (stop) at the first whose primary metric reaches the target."""
+    from dare_bench.pipeline.evaluation import validation_metric
+
+    target, metric = cfg.profile.base.target, cfg.profile.eval.metric
+    selection: dict[str, Any] = {"rule": "target", "target": target.model_dump(), "metric": metric,
+                                 "step": None, "validation": []}
+
+    def after_step(step: int) -> bool:
+        if not target.checks(step):
+            return False
+        value = validation_metric(model, tokenizer, task, cfg, val_items, seed=cfg.profile.base.seed)
+        selection["validation"].append([step, value])
+        log(f"base: step {step}: validation {metric} = {value:.3f} (target {target.value:g})")
+        if value >= target.value:
+            selection["step"] = step
+            return True
+        return False
+
+    return after_step, selection
+
+
 def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log: Log, progress: bool):
-    """The shared SFT base of (backbone preset, task, scale recipe): trained once, then loaded from the cache."""
+    """The shared SFT base of (backbone preset, task, scale recipe): trained once, then loaded from the cache.
+    Returns (model, directory, cached); `base_identity(directory)` is what the run record keeps of it."""
+    from dare_bench.errors import DataError
     from dare_bench.models import load_pretrained
     from dare_bench.trainers.sft import SFTRunOptions, train_sft
 
     base = cfg.profile.base
     key = {
         "version": BASE_RECIPE_VERSION, "preset": cfg.profile.model.preset, "task": cfg.task,
-        "recipe": base.model_dump(), "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint,
+        # the fixed-step rule keys as before `target` existed (its cached bases stay valid)
+        "recipe": base.model_dump(exclude={"target"} if base.target is None else set()),
+        "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint,
         "grader": cfg.grader, "answer_length": _answer_length(cfg),
     }
     digest = _hash(key)[:16]
@@ -141,13 +201,40 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
         log(f"base: cached SFT base {directory}")
         return load_pretrained(model_dir), directory, True
     model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, train_items)
-    log(f"base: SFT of {cfg.profile.model.preset} on {len(examples)} {cfg.task} examples for {sft_cfg.steps} steps")
-    result = train_sft(model, examples, sft_cfg, SFTRunOptions(progress=progress))
+    if base.target is None:
+        after_step, selection = None, {"rule": "fixed", "step": base.start_step}
+        log(f"base: SFT of {cfg.profile.model.preset} on {len(examples)} {cfg.task} examples for {sft_cfg.steps} "
+            "steps")
+    else:
+        val = validation_items(cfg, train_items)
+        after_step, selection = select_by_target(cfg, model, tokenizer, task, val, log)
+        log(f"base: SFT of {cfg.profile.model.preset} on {len(examples)} {cfg.task} examples until the "
+            f"{cfg.profile.eval.metric} on {len(val)} held-out items reaches {base.target.value:g} (checked every "
+            f"{base.target.every} steps from {base.target.from_step}, at most {base.target.max_steps})")
+    result = train_sft(model, examples, sft_cfg, SFTRunOptions(progress=progress, after_step=after_step))
+    if base.target is not None and selection["step"] is None:
+        best_step, best = max(selection["validation"], key=lambda sv: sv[1], default=(None, float("nan")))
+        raise DataError(f"base: the validation {cfg.profile.eval.metric} never reached base.target.value "
+                        f"{base.target.value:g} by step {base.target.max_steps} (best {best:.3f} at step {best_step}); "
+                        "lower base.target.value or raise base.target.max_steps")
+    identity = {"weights_sha256": weights_sha256(model), "selection": selection}
     with atomic_directory(directory) as tmp:
         model.save_pretrained(tmp / "model", tokenizer=tokenizer)
-        atomic_write_json(tmp / "base.json", {"key": key, "losses": result.losses, "seconds": result.seconds})
+        atomic_write_json(tmp / "base.json", {"key": key, "identity": identity, "losses": result.losses,
+                                              "seconds": result.seconds})
     model.name_or_path = str(model_dir)  # LoRA adapters record it as their base
     return model, directory, False
 
 
-__all__ = ["BASE_RECIPE_VERSION", "base_sft_setup", "build_base", "drop_overlong", "load_base"]
+def base_identity(directory, model) -> dict[str, Any]:
+    """The base's identity for the run record: its weight hash and how its step was chosen (`base.json`; a base
+    cached before identities were recorded gets its hash computed now, rule "fixed")."""
+    record = json.loads((directory / "base.json").read_text())
+    if record.get("identity"):
+        return record["identity"]
+    return {"weights_sha256": weights_sha256(model),
+            "selection": {"rule": "fixed", "step": record["key"]["recipe"].get("start_step")}}
+
+
+__all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "build_base", "drop_overlong", "load_base",
+           "select_by_target", "validation_items", "weights_sha256"]

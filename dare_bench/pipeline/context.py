@@ -59,6 +59,8 @@ class Base:
     train_data: Any  # the task's training items (a Dataset-like with `.fingerprint`)
     directory: Path  # the cached base (tiny / micro) or the paper-scale base's cache dir (its evaluation)
     template: Any  # "plain" (tiny replicas) or the chat tokenizer (paper scale)
+    # tiny / micro: {"weights_sha256", "selection"} (base_cache.base_identity), kept in the run record's base_json
+    identity: dict[str, Any] | None = None
 
 
 __all__ = ["Base", "Log", "RunContext", "run_directory"]

@@ -79,6 +79,23 @@ def evaluate_model(model, tokenizer, task, cfg, *, seed: int, progress: bool, la
     return result, record
 
 
+def validation_metric(model, tokenizer, task, cfg, items, *, seed: int) -> float:
+    """The run's primary metric on `items` (the tiny base's held-out validation items) with its pinned sampler and
+    grader, in one process and without a record: what the base's validation-target rule compares to its target."""
+    from dare_bench.evaluators.evaluator import evaluate
+
+    ev = cfg.profile.eval
+    preset = sampler_preset_from_config(ev.sampler, template="plain", batch_size=ev.batch_size)
+    was_training = model.training
+    model.eval()
+    try:
+        result = evaluate(model, task, preset=preset, tokenizer=tokenizer, items=items, split="train",
+                          grader=cfg.grader, seed=seed, batch_size=ev.batch_size, progress=False)
+    finally:
+        model.train(was_training)
+    return float(result.metrics[ev.metric])
+
+
 def _opencompass_evaluation(model, task, cfg, preset, *, seed: int, checkpoint_dir: Path | None):
     """The run's evaluation through OpenCompass: same checkpoint, sampler settings, task options and grader."""
     from dare_bench.errors import ConfigError
@@ -141,4 +158,4 @@ def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
     return run
 
 
-__all__ = ["evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config"]
+__all__ = ["evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config", "validation_metric"]

@@ -138,11 +138,15 @@ class Store:
                 raise StoreError(f"run {run_id} failed; it takes no more evaluations")
             return _insert_evaluation(s, run, ev).id
 
-    def finish_run(self, run_id: int, evaluations: Iterable[EvaluationRecord | dict[str, Any]] = ()) -> None:
-        """Mark the run finished in the same transaction that writes its final evaluations."""
+    def finish_run(self, run_id: int, evaluations: Iterable[EvaluationRecord | dict[str, Any]] = (), *,
+                   base: dict[str, Any] | None = None) -> None:
+        """Mark the run finished in the same transaction that writes its final evaluations and the identity of the
+        base it started from (`base`: {"weights_sha256", "selection"}, tiny / micro; None for a real checkpoint)."""
         evs = [_as_evaluation(e) for e in evaluations]
         with self._tx() as s:
             run = self._running(s, run_id, "finish_run")
+            if base is not None:
+                run.base_sha256, run.base_json = _base_hash(base), _dumps(base)
             for ev in evs:
                 _insert_evaluation(s, run, ev)
             run.status = "finished"
@@ -312,7 +316,7 @@ class Store:
                     "run_id": run.id, "run_uid": run.uid, "reproduction": run.reproduction,
                     "algorithm": run.algorithm, "backbone": run.backbone, "task": ev.task, "scale": run.scale,
                     "seed": run.seed, "status": run.status, "modified": run.modified,
-                    "config_hash": run.config_hash, "code_version": run.code_version,
+                    "config_hash": run.config_hash, "code_version": run.code_version, "base_sha256": run.base_sha256,
                     "evaluation_id": ev.id, "split": ev.split, "data_fingerprint": ev.data_fingerprint,
                     "sampler_preset": ev.sampler_preset, "step": ev.step, "checkpoint": ev.checkpoint,
                     "metric": ev.primary_metric, "value": ev.primary_value, "n_items": ev.n_items,
@@ -422,7 +426,7 @@ def _ingest_one(s: Session, result: ResultFile, counts: dict[str, int]) -> None:
             code_version=rec.code_version, packages_json=_dumps(rec.packages), hardware_json=_dumps(rec.hardware),
             status=rec.status, error=rec.error, host=rec.host, pid=rec.pid, started_at=rec.started_at,
             finished_at=finished, duration_s=(finished - rec.started_at).total_seconds() if finished else None,
-            origin="ingest",
+            origin="ingest", base_sha256=_base_hash(rec.base) if rec.base else None, base_json=_dumps(rec.base),
         )
         s.add(run)
         s.flush()
@@ -458,8 +462,15 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "hardware": json.loads(run.hardware_json), "status": run.status, "error": run.error, "host": run.host,
         "pid": run.pid, "origin": run.origin, "started_at": _aware(run.started_at).isoformat(),
         "finished_at": _aware(run.finished_at).isoformat() if run.finished_at else None,
-        "duration_s": run.duration_s,
+        "duration_s": run.duration_s, "base": json.loads(run.base_json or "{}"), "base_sha256": run.base_sha256,
     }
+
+
+def _base_hash(base: dict[str, Any]) -> str:
+    digest = base.get("weights_sha256")
+    if not isinstance(digest, str) or len(digest) != 64:
+        raise StoreError(f"base identity needs a 64-hex weights_sha256, got {digest!r}")
+    return digest
 
 
 def _eval_dict(e: Evaluation) -> dict[str, Any]:

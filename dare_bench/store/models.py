@@ -13,7 +13,7 @@ from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Te
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Every revision this code knows, oldest first. A database stamped with anything else is from a newer dare-bench.
-REVISIONS = ("0001", "0002")
+REVISIONS = ("0001", "0002", "0003")
 HEAD = REVISIONS[-1]
 
 RUN_STATUSES = ("running", "finished", "failed")
@@ -50,6 +50,10 @@ class Run(Base):
     duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     # 0002: where the row came from: "local" (written by this process) or "ingest" (from a result file).
     origin: Mapped[str] = mapped_column(String(16), default="local", server_default="local")
+    # 0003: the tiny base the run started from (None: a real checkpoint, or a run recorded before 0003); runs on
+    # different bases are different groups on the leaderboard and in `dare-bench check`.
+    base_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    base_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
     metrics: Mapped[list[StepMetric]] = relationship(back_populates="run", cascade="all, delete-orphan")
     evaluations: Mapped[list[Evaluation]] = relationship(back_populates="run", cascade="all, delete-orphan")

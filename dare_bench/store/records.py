@@ -100,6 +100,7 @@ class RunRecord(_Record):
     code_version: str
     packages: dict[str, str] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)
+    base: dict[str, Any] = Field(default_factory=dict, description="the tiny base's identity (empty: none recorded)")
     status: Literal["running", "finished", "failed"] = "finished"
     error: str | None = None
     host: str | None = None

@@ -293,7 +293,8 @@ class TrainRunOptions:
     (rank 0 writes); with `resume`, continue from the latest complete checkpoint there if one exists; `stop_after`:
     stop (without a final checkpoint) after this many steps of this call, as an interruption would (tests).
     `after_step(step)`: called after each optimizer step with the number of steps done (the base calibration scan
-    evaluates there; it must leave the model's weights and the run's random streams as it found them)."""
+    and the base's validation-target rule evaluate there; it must leave the model's weights and the run's random
+    streams as it found them). A true return value stops the training there (the target rule's chosen step)."""
 
     sink: Callable[[int, dict], Any] | None = None
     progress: bool = False
@@ -447,8 +448,8 @@ class SupervisedRun:
                 self.record(self.optimizer_step(items))
                 if bar is not None:
                     bar.update(1)
-                if self.opts.after_step is not None:
-                    self.opts.after_step(self.step)
+                if self.opts.after_step is not None and self.opts.after_step(self.step):
+                    break  # the caller's stopping rule (the tiny base's validation target) chose this step
                 if every is not None and self.step % every == 0 and self.step < self.total:
                     self.checkpoint()
         if self.ckpt_root is not None and self.done_here > 0:

@@ -33,7 +33,7 @@ def _evaluation(checkpoint: str, rng: random.Random, level: float, fingerprint: 
 
 
 def add_run(db: str, seed: int, *, cfg=None, level: float = 0.4, reward_shift: float = 0.0,
-            fingerprint: str = "sha256:items") -> int:
+            fingerprint: str = "sha256:items", base_sha: str = "b" * 64) -> int:
     """One finished synthetic run in the store at `db`; returns its id."""
     from dare_bench.store import Store
 
@@ -46,7 +46,8 @@ def add_run(db: str, seed: int, *, cfg=None, level: float = 0.4, reward_shift: f
                                          "reward_std": 0.2, "loss": rng.gauss(0.01, 0.002)})
     base_rng = random.Random(1234)  # the base evaluation is the same for every seed, as in the pipeline
     store.finish_run(run_id, [_evaluation("base", base_rng, 0.35, fingerprint),
-                              _evaluation("final", rng, level, fingerprint)])
+                              _evaluation("final", rng, level, fingerprint)],
+                     base={"weights_sha256": base_sha, "selection": {"rule": "fixed", "step": 40}})
     store.close()
     return run_id
 

@@ -213,6 +213,19 @@ def test_another_recording_environment_is_reported_never_failed(setup):
                                                      environment.package_versions()["torch"]]
 
 
+def test_a_run_on_another_base_is_reported_as_compared_across_bases(setup):
+    db, directory = setup
+    add_run(db, seed=7)
+    result, report = _report(db, directory)
+    assert report["reproductions"][0]["base"]["group"] == "same"
+    add_run(db, seed=8, base_sha="c" * 64)  # another machine's numerics built other base weights
+    result, report = _report(db, directory)
+    (entry,) = report["reproductions"]
+    assert entry["base"] == {"group": "other", "baseline": ["b" * 64], "current": "c" * 64}
+    table = _check(db, directory).stdout
+    assert "started from another base (weights cccccccccccc; the baseline's bbbbbbbbbbbb)" in table
+
+
 def test_re_recording_keeps_the_overrides_the_baseline_pins(setup, monkeypatch):
     from dare_bench.check import baseline as bl
 

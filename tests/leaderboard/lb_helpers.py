@@ -32,7 +32,7 @@ def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, 
 
 def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llada", task: str = "sudoku",
             scale: str = "micro", seed: int = 0, steps: int = 4, modified: bool = False, n_samples: int = 4,
-            base: float = 0.1) -> int:
+            base: float = 0.1, base_sha: str | None = None) -> int:
     run_id = store.start_run(config(algorithm, backbone, task, scale, modified=modified), seed=seed,
                              code_version="test-version", packages={"torch": "2.13.0"}, hardware={"cpu": "test"})
     for step in range(1, steps + 1 if algorithm != "baseline" else 1):
@@ -40,8 +40,9 @@ def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llad
             "reward_mean": final * step / steps, "loss": 1.0 / step, "kl": 0.01 * step, "tokens_per_forward": 1.0,
             "stage_seconds": {"rollout": 2.0, "update": 1.0},
         })
+    identity = {"weights_sha256": base_sha, "selection": {"rule": "target", "step": 100}} if base_sha else None
     store.finish_run(run_id, [evaluation(task, base, "base"),
-                              evaluation(task, final, "final", n_samples=n_samples, step=steps)])
+                              evaluation(task, final, "final", n_samples=n_samples, step=steps)], base=identity)
     return run_id
 
 

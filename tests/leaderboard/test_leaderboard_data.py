@@ -64,6 +64,25 @@ def test_ties_all_win(tmp_path):
     assert L.task_winners(cells) == {"sudoku": ["d1", "sft"]}
 
 
+def test_runs_on_different_bases_are_different_groups(tmp_path):
+    """Two machines' tiny bases (other weight hashes) are never pooled: a column per base, a winner per base."""
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    a, b = "a" * 64, "b" * 64
+    add_run(store, "d1", 0.5, seed=0, base_sha=a)
+    add_run(store, "d1", 0.7, seed=1, base_sha=a)
+    add_run(store, "sft", 0.4, seed=0, base_sha=a)
+    add_run(store, "d1", 0.1, seed=0, base_sha=b)
+    add_run(store, "sft", 0.3, seed=0, base_sha=b)
+    cells = L.winners(L.open_reader(store.url), backbone="llada", scale="micro")
+    assert L.task_winners(cells) == {"sudoku @ aaaaaaaa": ["d1"], "sudoku @ bbbbbbbb": ["sft"]}
+    d1_a = cells[(cells["algorithm"] == "d1") & (cells["base"] == a)].iloc[0]
+    assert d1_a.n == 2 and d1_a["mean"] == pytest.approx(0.6)  # only base a's two seeds
+    matrix = L.winner_matrix(cells)
+    assert list(matrix.columns) == ["sudoku @ aaaaaaaa", "sudoku @ bbbbbbbb"]
+    assert matrix.loc["sft", "sudoku @ bbbbbbbb"].startswith("★ 0.300")
+    assert Store(store.url).get_run(1)["base_sha256"] == a
+
+
 def test_latest_final_evaluation_counts_once_per_run(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 't.db'}")
     run_id = add_run(store, "d1", 0.3)

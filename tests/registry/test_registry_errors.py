@@ -131,8 +131,8 @@ def test_unknown_name_and_filters_suggest(regdir):
 
 @pytest.mark.parametrize("section, key, why", [
     ("eval", "checkpoint: best", "selection on the test set"),
-    ("base", "steps: 300", "trains exactly `start_step` steps"),
-    ("base", "checkpoint_every: 25", "only its `start_step` checkpoint"),
+    ("base", "steps: 300", "trains exactly `start_step` steps (or up to `target.max_steps`)"),
+    ("base", "checkpoint_every: 25", "only its chosen checkpoint"),
 ])
 def test_a_removed_field_fails_with_why_it_went(regdir, section, key, why):
     f = regdir / f"{GOOD}.yaml"
