@@ -230,6 +230,9 @@ class TrainSettings(Strict):
     adam_betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float | None = Field(1.0, gt=0)
     steps: int | None = Field(None, gt=0, description="optimizer steps; None = run `epochs` over the data")
+    compute_budget_flops: float | None = Field(
+        None, gt=0, description="sft only: stop once the counted training FLOPs reach this (trainers/compute.py); the "
+        "compute-matched control of an RL run (`reproduce --control`) sets it to the RL run's count")
     epochs: float | None = Field(None, gt=0)
     batch_prompts: int | None = Field(None, gt=0)
     group_size: int | None = Field(None, gt=0, description="G completions per prompt")
@@ -281,6 +284,9 @@ class TrainSettings(Strict):
             missing = [k for k in ("batch_prompts", "group_size", "rollout") if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"train.kind=rl needs {', '.join(missing)}")
+        if self.compute_budget_flops is not None and self.kind != "sft":
+            raise ValueError(f"train.compute_budget_flops applies to train.kind=sft (a compute-matched control), "
+                             f"not {self.kind}")
         return self
 
 
@@ -580,6 +586,8 @@ class RunConfig(Strict):
         base = d["profile"].get("base")
         if base and base.get("target") is None:  # the fixed-step rule hashes as before `target` existed
             base.pop("target", None)
+        if d["profile"]["train"].get("compute_budget_flops") is None:  # likewise a run without a compute budget
+            d["profile"]["train"].pop("compute_budget_flops", None)
         return d
 
     def run_task(self):

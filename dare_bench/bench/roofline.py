@@ -18,6 +18,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+# the FLOP model lives with the models: the trainers' compute meter (trainers/compute.py) counts with it too
+from dare_bench.models.flops import matmul_flops_per_token
+
 
 def matmul_peak(dtype: str = "bfloat16", device: str = "cpu", size: int = 2048, repeats: int = 5) -> dict[str, Any]:
     """{"flops_per_second", "dtype", "size", "threads"}: the best of `repeats` timed `size`^3 GEMMs."""
@@ -43,20 +46,4 @@ def matmul_peak(dtype: str = "bfloat16", device: str = "cpu", size: int = 2048, 
             "threads": torch.get_num_threads()}
 
 
-def matmul_flops_per_token(model) -> float:
-    """Weight-matmul FLOPs of one token's forward (module doc): 2 x the 2-D weights it passes through, the input
-    embedding (a lookup) left out unless it is tied to the LM head, routed experts counted at the share a token
-    uses (num_experts_per_tok / experts)."""
-    import torch
-
-    from dare_bench.models.moe import moe_blocks
-
-    config = model.config
-    tied = bool(config.get("tie_word_embeddings") or config.get("weight_tying"))
-    embedding_ids = set() if tied else {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    expert_share = {}
-    for block in moe_blocks(model):
-        share = float(config.get("num_experts_per_tok") or len(block)) / len(block)
-        expert_share.update({id(p): share for p in block.parameters()})
-    return 2.0 * sum(p.numel() * expert_share.get(id(p), 1.0) for p in model.parameters()
-                     if p.dim() == 2 and id(p) not in embedding_ids)
+__all__ = ["matmul_flops_per_token", "matmul_peak"]

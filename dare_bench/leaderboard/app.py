@@ -168,6 +168,9 @@ def main() -> None:
                        "(weight hash) are never pooled: such a task gets a column per base.")
             matrix = data.winner_matrix(cells)
             st.dataframe(_highlight_best(matrix), width="stretch")
+            st.markdown("**Gains** — over the base, and over a compute-matched SFT control (an SFT continuation "
+                        "from the same base for the FLOPs the RL run counted: did RL beat more SFT?)")
+            st.dataframe(data.gain_table(cells), width="stretch", hide_index=True)
             with st.expander("Cell statistics"):
                 st.dataframe(cells[["algorithm", "task", "base", "metric", "n", "seeds", "mean", "std", "ci95",
                                     "min", "max", "best"]], width="stretch", hide_index=True)

@@ -153,7 +153,7 @@ def facets(engine: Engine, backbone: str, scale: str) -> dict[str, list[str]]:
 _FINALS = """
     SELECT e.run_id, e.task, MAX(e.id) AS eval_id FROM evaluations e JOIN runs r ON r.id = e.run_id
     WHERE e.checkpoint = 'final' AND r.status = 'finished' AND r.backbone = :backbone AND r.scale = :scale
-      AND r.algorithm != 'released'
+      AND r.algorithm != 'released' AND r.control_of IS NULL
       {modified}
     GROUP BY e.run_id, e.task
 """
@@ -189,7 +189,8 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
         df = df[df["algorithm"].isin(algorithms)]
     df = df.reset_index(drop=True)
     if df.empty:
-        return df.assign(group=[], std=[], ci95=[], best=[])
+        return df.assign(group=[], std=[], ci95=[], best=[], vs_base=[], vs_base_ci95=[], vs_control=[],
+                         vs_control_ci95=[], controls=[])
     several = df.groupby("task")["base"].nunique().gt(1)
     df["group"] = [f"{t} @ {b[:8] or 'no base record'}" if several[t] else t for t, b in zip(df["task"], df["base"])]
     n = df["n"].astype(float)
@@ -198,7 +199,46 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
     df["ci95"] = [t95(int(k) - 1) * s / math.sqrt(k) if k > 1 else float("nan") for k, s in zip(df["n"], df["std"])]
     top = df.groupby(["group", "metric"])["mean"].transform("max")
     df["best"] = (df["mean"] - top).abs() <= 1e-12
+    df = df.merge(_gains(engine, backbone, scale, include_modified), on=["algorithm", "task", "metric", "base"],
+                  how="left")
     return df.drop(columns=["mean_sq"]).sort_values(["group", "mean"], ascending=[True, False]).reset_index(drop=True)
+
+
+def _mean_ci(values: pd.Series) -> tuple[float, float, int]:
+    v = values.dropna().astype(float)
+    k = len(v)
+    if not k:
+        return float("nan"), float("nan"), 0
+    ci = t95(k - 1) * float(v.std(ddof=1)) / math.sqrt(k) if k > 1 else float("nan")
+    return float(v.mean()), ci, k
+
+
+def _gains(engine: Engine, backbone: str, scale: str, include_modified: bool) -> pd.DataFrame:
+    """Per (algorithm, task, metric, base): the mean and 95 % CI over runs of final - base (`vs_base`) and of
+    final - its compute-matched SFT control's final (`vs_control`, over the runs that have a finished control on
+    the same base; `controls` = how many)."""
+    sql = f"""
+        SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric,
+               COALESCE(r.base_sha256, '') AS base, e.primary_value AS final,
+               (SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = r.id AND eb.checkpoint = 'base'
+                  AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1) AS base_value,
+               (SELECT ec.primary_value FROM runs c JOIN evaluations ec ON ec.run_id = c.id
+                WHERE c.control_of = r.uid AND c.status = 'finished' AND ec.checkpoint = 'final'
+                  AND ec.task = f.task AND COALESCE(c.base_sha256, '') = COALESCE(r.base_sha256, '')
+                ORDER BY ec.id DESC LIMIT 1) AS control_value
+        FROM ({_FINALS.format(modified=_modified_clause(include_modified))}) f
+        JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
+    """
+    runs = _df(engine, sql, backbone=backbone, scale=scale)
+    rows = []
+    for key, g in runs.groupby(["algorithm", "task", "metric", "base"]):
+        vs_base = _mean_ci(g["final"] - g["base_value"])
+        vs_control = _mean_ci(g["final"] - g["control_value"])
+        rows.append({**dict(zip(["algorithm", "task", "metric", "base"], key)), "vs_base": vs_base[0],
+                     "vs_base_ci95": vs_base[1], "vs_control": vs_control[0], "vs_control_ci95": vs_control[1],
+                     "controls": vs_control[2]})
+    return pd.DataFrame(rows, columns=["algorithm", "task", "metric", "base", "vs_base", "vs_base_ci95",
+                                       "vs_control", "vs_control_ci95", "controls"])
 
 
 def winner_matrix(cells: pd.DataFrame) -> pd.DataFrame:
@@ -217,6 +257,23 @@ def winner_matrix(cells: pd.DataFrame) -> pd.DataFrame:
                                                                          values="cell")
     out.columns.name = None
     return out.fillna("no run")
+
+
+def gain_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: "final - base" and "final - compute-matched SFT control" as "+0.031 ± 0.012" (95 % CI over runs;
+    "no control" where no run of the cell has one). The control column says whether RL beat spending the same
+    compute on more SFT from the same base (pipeline/control.py)."""
+    def fmt(mean: float, ci: float) -> str:
+        if mean != mean:  # NaN
+            return "no control"
+        return f"{mean:+.3f}" + (f" ± {ci:.3f}" if ci == ci else "")
+
+    rows = [{"algorithm": r.algorithm, "task": r.group, "metric": r.metric,
+             "final - base": fmt(r.vs_base, r.vs_base_ci95),
+             "final - SFT control": fmt(r.vs_control, r.vs_control_ci95), "controls": int(r.controls or 0)}
+            for r in cells.itertuples() if r.algorithm != "baseline"]
+    return pd.DataFrame(rows, columns=["algorithm", "task", "metric", "final - base", "final - SFT control",
+                                       "controls"])
 
 
 def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:

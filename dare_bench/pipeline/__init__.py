@@ -95,10 +95,12 @@ def default_threads(scale: str):
 def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, db: str | None = None,
               resume: bool = False, dry_run: bool = False, overrides: list[str] | tuple[str, ...] = (),
               force: bool = False, checkpoint: str | None = None, device: str | None = None,
-              nproc: int | None = None, progress: bool = True, log: Log = print) -> ReproduceResult:
+              nproc: int | None = None, progress: bool = True, log: Log = print,
+              control_of: str | None = None) -> ReproduceResult:
     """Plan (dry runs stop here), skip an identical finished run unless `force`, then run the stages (`_run`)
     under a store record that is marked failed if any stage raises. `nproc` > 1: the same call under torchrun
-    (`pipeline/launch.py`); inside torchrun every rank runs this function and rank 0 alone writes."""
+    (`pipeline/launch.py`); inside torchrun every rank runs this function and rank 0 alone writes. `control_of`:
+    the uid of the RL run this run is the compute-matched SFT control of (`pipeline.control`)."""
     start = time.perf_counter()
     chosen_scale = scale or default_scale()
     if scale is None and chosen_scale == "tiny":
@@ -152,10 +154,10 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
 
             store = Store(db)
             store.mark_orphans_failed()
-            decision = previous_run(store, cfg, run_seed, common, start) if not force else None
+            decision = previous_run(store, cfg, run_seed, common, start, control_of) if not force else None
             if decision is None:
-                decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed), status="running", db=store.url,
-                                           **common)
+                decision = ReproduceResult(run_id=store.start_run(cfg, seed=run_seed, control_of=control_of),
+                                           status="running", db=store.url, **common)
         result = broadcast_object(decision, info)  # every rank follows rank 0: skip, or run under its run id
         if result.status == "skipped":
             return result
@@ -182,10 +184,13 @@ def reproduce_seeds(name: str, scale: str | None = None, *, seeds: list[int] | N
     return [reproduce(name, scale, seed=s, overrides=overrides, **options) for s in seeds]
 
 
-def previous_run(store, cfg, seed: int, common: dict, start: float) -> ReproduceResult | None:
-    """The skipped-run result when an identical run (same config hash and seed) already finished (`reproduce` and
-    `dare-bench sweep` skip it unless forced)."""
+def previous_run(store, cfg, seed: int, common: dict, start: float,
+                 control_of: str | None = None) -> ReproduceResult | None:
+    """The skipped-run result when an identical run (same config hash and seed; a control: of the same RL run)
+    already finished (`reproduce` and `dare-bench sweep` skip it unless forced)."""
     done = store.find_runs(config_hash=cfg.content_hash, seed=seed)
+    if control_of is not None:
+        done = [r for r in done if r.get("control_of") == control_of]
     if not done:
         return None
     prev = done[0]
@@ -195,7 +200,8 @@ def previous_run(store, cfg, seed: int, common: dict, start: float) -> Reproduce
     return ReproduceResult(
         run_id=prev["id"], status="skipped", db=store.url, wall_seconds=time.perf_counter() - start,
         metrics=finals[0]["metrics"] if finals else {}, base_metrics=bases[0]["metrics"] if bases else {},
-        message="an identical finished run exists (use --force to run again)", **common)
+        compute=prev.get("compute") or {}, message="an identical finished run exists (use --force to run again)",
+        **common)
 
 
 def _quiet(message: str) -> None:
@@ -235,7 +241,7 @@ def _run(ctx: RunContext) -> None:
         final_record = evaluate_final(ctx, base, model, final_step, base_record)
     if ctx.store is not None:
         ctx.store.finish_run(ctx.run_id, [base_record.model_copy(update={"uid": _new_uid()}), final_record],
-                             base=base.identity)
+                             base=base.identity, compute=result.compute or None)
 
 
 def base_ready_prefix(metric: str) -> str:

@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
                                             "writes. --dry-run prints the torchrun command."),
         attention: Optional[str] = typer.Option(None, "--attention", help="Attention backend: sdpa | flash_attn "
                                                 "| flex (= the override model.attention=...; the run is modified)."),
+        control: bool = typer.Option(False, "--control", help="After each RL run, its compute-matched SFT control: "
+                                     "sft-<backbone>-<task> from the same base for the FLOPs the RL run counted, "
+                                     "stored linked to it (the leaderboard's RL - control)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON object at the end (CI reads it)."),
     ) -> None:
         """Run a reproduction end to end: base -> algorithm -> evaluation -> store."""
@@ -54,6 +57,13 @@ def register(app: typer.Typer) -> None:
         from dare_bench.trainers.distributed import dist_info
 
         log = (lambda msg: typer.echo(msg, err=True)) if as_json else typer.echo
+        if control:  # refused before any run: a control compares RL with SFT
+            from dare_bench.errors import ConfigError
+            from dare_bench.pipeline import default_scale, resolve
+
+            kind = resolve(name, scale or default_scale(), list(overrides or []))[1].profile.train.kind
+            if kind != "rl":
+                raise ConfigError(f"--control applies to RL reproductions; {name} trains with kind {kind}")
         options = dict(db=db, resume=resume, overrides=list(overrides or []), force=force, checkpoint=checkpoint,
                        device=device, nproc=nproc, progress=sys.stderr.isatty() or not as_json, log=log)
         if seed is None and not dry_run:  # every pinned seed of the scale
@@ -62,6 +72,11 @@ def register(app: typer.Typer) -> None:
             results = [reproduce(name, scale, seed=seed, dry_run=dry_run, **options)]
         if not dist_info().is_main:  # a torchrun job: rank 0 reports for every rank
             return
+        if control and not dry_run:
+            from dare_bench.pipeline.control import run_control
+
+            for r in results:
+                r.control = run_control(r, db=db, log=log, progress=options["progress"], force=force)
         if len(results) > 1:
             metric = results[0].metric
             if as_json:

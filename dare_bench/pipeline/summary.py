@@ -29,12 +29,18 @@ class ReproduceResult:
     plan: dict[str, Any] = field(default_factory=dict)
     final_model: str | None = None  # directory of the trained model (HF checkpoint, or PEFT adapters for LoRA)
     metric: str = "accuracy"  # the reproduction's primary metric (eval.metric): what the summaries show
+    compute: dict[str, Any] = field(default_factory=dict)  # training compute counted (trainers/compute.py)
+    control: "ReproduceResult | None" = None  # its compute-matched SFT control (`reproduce --control`)
 
     def to_json(self) -> dict[str, Any]:
         keys = ("run_id", "name", "scale", "status", "base_metrics", "metrics", "wall_seconds", "db")
         out = {k: getattr(self, k) for k in keys}
         out.update(seed=self.seed, config_hash=self.config_hash, modified=self.modified, metric=self.metric,
                    stage_seconds=self.stage_seconds, reward_curve=self.reward_curve, final_model=self.final_model)
+        if self.compute:
+            out["compute"] = self.compute
+        if self.control is not None:
+            out["control"] = self.control.to_json()
         if self.message:
             out["message"] = self.message
         if self.plan:
@@ -70,7 +76,12 @@ def seed_summary(results: list[ReproduceResult], metric: str = "accuracy") -> di
     finals = [float(r.metrics[metric]) for r in results if metric in r.metrics]
     bases = [float(r.base_metrics[metric]) for r in results if metric in r.base_metrics]
     gains = [f - b for f, b in zip(finals, bases)] if len(finals) == len(bases) else []
-    return {"metric": metric, "final": stats(finals), "base": stats(bases), "gain": stats(gains)}
+    out = {"metric": metric, "final": stats(finals), "base": stats(bases), "gain": stats(gains)}
+    controls = [r.control.metrics.get(metric) for r in results if r.control is not None]
+    if controls and len(controls) == len(results) == len(finals) and None not in controls:
+        out["control"] = stats([float(c) for c in controls])
+        out["vs_control"] = stats([f - float(c) for f, c in zip(finals, controls)])
+    return out
 
 
 def seed_table_lines(results: list[ReproduceResult], metric: str = "accuracy") -> list[str]:
@@ -86,6 +97,9 @@ def seed_table_lines(results: list[ReproduceResult], metric: str = "accuracy") -
                        else f"{st['mean']:8.3f}")
     lines.append(f"{'mean':>6}  {'':>5}  {'(95% CI)':<9} {cell(summary['base'])}  {cell(summary['final'])}  "
                  f"{cell(summary['gain'])}")
+    if "vs_control" in summary:
+        lines.append(f"compute-matched SFT control: final {cell(summary['control']).strip()}; "
+                     f"RL - control {cell(summary['vs_control']).strip()}")
     return lines
 
 
@@ -99,6 +113,10 @@ def summary_lines(result: ReproduceResult, metric: str = "accuracy") -> list[str
         b, f = result.base_metrics.get(metric), result.metrics.get(metric)
         delta = f"  ({f - b:+.3f})" if isinstance(b, float) and isinstance(f, float) else ""
         lines.append(f"{metric}: base {b}  ->  final {f}{delta}")
+    c = result.control
+    if c is not None and isinstance(c.metrics.get(metric), float) and isinstance(result.metrics.get(metric), float):
+        lines.append(f"control ({c.name}, run {c.run_id}, same {result.compute.get('flops', 0):.3e} FLOPs): "
+                     f"final {c.metrics[metric]}  (RL - control {result.metrics[metric] - c.metrics[metric]:+.3f})")
     if result.reward_curve:
         lines.append("reward: " + sparkline(result.reward_curve)
                      + f"  {result.reward_curve[0]:.3f} -> {result.reward_curve[-1]:.3f}")

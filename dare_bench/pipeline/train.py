@@ -30,22 +30,39 @@ from dare_bench.pipeline.summary import ReproduceResult
 
 
 def train(ctx: RunContext, base: Base):
-    """(trained model, its final step) with the trainer of `train.kind`; the base itself for "none"."""
+    """(trained model, its final step) with the trainer of `train.kind`; the base itself for "none". The training
+    compute every trainer spends is counted the same way (trainers/compute.py) into `ctx.result.compute`."""
     import torch
+
+    from dare_bench.trainers.compute import ComputeMeter
 
     kind = ctx.cfg.profile.train.kind
     sink = _metrics_sink(ctx.store, ctx.run_id, ctx.result)
     torch.manual_seed(ctx.seed)
-    if kind == "rl":
-        return train_rl_stage(ctx, base, sink)
-    if kind == "sft":
-        return train_sft_stage(ctx, base, sink)
-    if kind == "preference":
-        return train_vrpo_stage(ctx, base, sink)
-    return base.model, 0  # "none": evaluate the base as it is
+    if kind == "none":
+        return base.model, 0  # evaluate the base as it is
+    stage = {"rl": train_rl_stage, "sft": train_sft_stage, "preference": train_vrpo_stage}[kind]
+    with ComputeMeter(base.model) as meter:
+        model, steps = stage(ctx, base, sink, meter)
+    ctx.result.compute = _all_ranks(meter.summary())
+    return model, steps
 
 
-def train_rl_stage(ctx: RunContext, base: Base, sink):
+def _all_ranks(compute: dict) -> dict:
+    """The job's compute: every rank's count summed (one process: its own)."""
+    from dare_bench.trainers.distributed import dist_info, gather_objects
+
+    info = dist_info()
+    if not info.enabled:
+        return compute
+    parts = gather_objects(compute, info)
+    total = dict(compute)
+    for key in ("flops", "token_forwards", "grad_token_forwards"):
+        total[key] = sum(p[key] for p in parts)
+    return total
+
+
+def train_rl_stage(ctx: RunContext, base: Base, sink, meter):
     """The shared RL loop with the reproduction's plug-in; a resumed run's earlier steps join this run's curve."""
     from dare_bench.trainers import loop
 
@@ -84,8 +101,10 @@ def _compute_dtype(cfg) -> str | None:
     return None if dtype == "float32" else dtype
 
 
-def train_sft_stage(ctx: RunContext, base: Base, sink):
-    """Continued SFT (LoRA adapters when `train.lora`) on the gold answers, EOS-padded to the answer length."""
+def train_sft_stage(ctx: RunContext, base: Base, sink, meter):
+    """Continued SFT (LoRA adapters when `train.lora`) on the gold answers, EOS-padded to the answer length.
+    `train.compute_budget_flops` (a compute-matched control): stop once `meter` has counted that much, `train.steps`
+    being the cap; a cap reached first is an error (the control would be short of its RL run's compute)."""
     from dare_bench.trainers.lora import apply_lora
     from dare_bench.trainers.sft import SFTConfig, SFTRunOptions, train_sft
 
@@ -95,13 +114,22 @@ def train_sft_stage(ctx: RunContext, base: Base, sink):
     cfg = SFTConfig(batch_size=train.batch_prompts or 32, seed=ctx.seed + 1, **_recipe(train))
     examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
                             _answer_length(ctx.cfg))
+    budget = train.compute_budget_flops
+    if budget is not None and ctx.resume:
+        raise DareBenchError("a compute-matched control does not resume (its count starts at 0): run it again "
+                             "without --resume")
     out = train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress,
-                                                        compute_dtype=_compute_dtype(ctx.cfg), **_checkpointing(ctx)))
+                                                        compute_dtype=_compute_dtype(ctx.cfg),
+                                                        after_step=meter.stop_at(budget) if budget else None,
+                                                        **_checkpointing(ctx)))
+    if budget is not None and meter.flops < budget:
+        raise DareBenchError(f"the control reached train.steps={train.steps} with {meter.flops:.3e} of its "
+                             f"{budget:.3e} FLOPs budget; raise train.steps")
     _log_resumed_steps(ctx, out)
     return model, out.steps
 
 
-def train_vrpo_stage(ctx: RunContext, base: Base, sink):
+def train_vrpo_stage(ctx: RunContext, base: Base, sink, meter):
     """VRPO at tiny scale: preference pairs from the base's own rollouts (chosen = the gold answer, rejected = the
     base's lowest-reward sample when it is worse than gold); LoRA adapters when `train.lora` (the reference is then
     the policy with adapters disabled, else a frozen copy of the base)."""

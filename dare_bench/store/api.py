@@ -95,8 +95,10 @@ class Store:
         code_version: str | None = None,
         packages: dict[str, str] | None = None,
         hardware: dict[str, Any] | None = None,
+        control_of: str | None = None,
     ) -> int:
-        """Record a new run as "running"; `config` is a RunConfig (or its `to_dict()`). Returns the run id."""
+        """Record a new run as "running"; `config` is a RunConfig (or its `to_dict()`). Returns the run id.
+        `control_of`: the uid of the RL run this (compute-matched SFT) run controls."""
         cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         for key in ("reproduction", "algorithm", "backbone", "task", "scale", "content_hash"):
             if key not in cfg:
@@ -110,6 +112,7 @@ class Store:
             packages_json=_dumps(packages if packages is not None else environment.package_versions()),
             hardware_json=_dumps(hardware if hardware is not None else environment.hardware()),
             status="running", host=socket.gethostname(), pid=os.getpid(), started_at=utcnow(), origin="local",
+            control_of=control_of,
         )
         with self._tx() as s:
             s.add(run)
@@ -139,14 +142,17 @@ class Store:
             return _insert_evaluation(s, run, ev).id
 
     def finish_run(self, run_id: int, evaluations: Iterable[EvaluationRecord | dict[str, Any]] = (), *,
-                   base: dict[str, Any] | None = None) -> None:
-        """Mark the run finished in the same transaction that writes its final evaluations and the identity of the
-        base it started from (`base`: {"weights_sha256", "selection"}, tiny / micro; None for a real checkpoint)."""
+                   base: dict[str, Any] | None = None, compute: dict[str, Any] | None = None) -> None:
+        """Mark the run finished in the same transaction that writes its final evaluations, the identity of the
+        base it started from (`base`: {"weights_sha256", "selection"}, tiny / micro; None for a real checkpoint)
+        and the training compute it counted (`compute`: trainers.compute.ComputeMeter.summary())."""
         evs = [_as_evaluation(e) for e in evaluations]
         with self._tx() as s:
             run = self._running(s, run_id, "finish_run")
             if base is not None:
                 run.base_sha256, run.base_json = _base_hash(base), _dumps(base)
+            if compute is not None:
+                run.compute_json = _dumps(compute)
             for ev in evs:
                 _insert_evaluation(s, run, ev)
             run.status = "finished"
@@ -427,6 +433,7 @@ def _ingest_one(s: Session, result: ResultFile, counts: dict[str, int]) -> None:
             status=rec.status, error=rec.error, host=rec.host, pid=rec.pid, started_at=rec.started_at,
             finished_at=finished, duration_s=(finished - rec.started_at).total_seconds() if finished else None,
             origin="ingest", base_sha256=_base_hash(rec.base) if rec.base else None, base_json=_dumps(rec.base),
+            compute_json=_dumps(rec.compute), control_of=rec.control_of,
         )
         s.add(run)
         s.flush()
@@ -463,6 +470,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "pid": run.pid, "origin": run.origin, "started_at": _aware(run.started_at).isoformat(),
         "finished_at": _aware(run.finished_at).isoformat() if run.finished_at else None,
         "duration_s": run.duration_s, "base": json.loads(run.base_json or "{}"), "base_sha256": run.base_sha256,
+        "compute": json.loads(run.compute_json or "{}"), "control_of": run.control_of,
     }
 
 

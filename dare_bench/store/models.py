@@ -54,6 +54,10 @@ class Run(Base):
     # different bases are different groups on the leaderboard and in `dare-bench check`.
     base_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     base_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    # 0003: the training compute the run counted (trainers/compute.py; {} for kind none), and for a compute-matched
+    # SFT control the uid of the RL run it controls (`reproduce --control`)
+    compute_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    control_of: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
     metrics: Mapped[list[StepMetric]] = relationship(back_populates="run", cascade="all, delete-orphan")
     evaluations: Mapped[list[Evaluation]] = relationship(back_populates="run", cascade="all, delete-orphan")

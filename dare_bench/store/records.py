@@ -101,6 +101,8 @@ class RunRecord(_Record):
     packages: dict[str, str] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)
     base: dict[str, Any] = Field(default_factory=dict, description="the tiny base's identity (empty: none recorded)")
+    compute: dict[str, Any] = Field(default_factory=dict, description="training compute counted (trainers/compute.py)")
+    control_of: str | None = Field(None, description="uid of the RL run a compute-matched SFT control controls")
     status: Literal["running", "finished", "failed"] = "finished"
     error: str | None = None
     host: str | None = None

@@ -1,0 +1,73 @@
+"""How much compute a training stage spent, counted the same way for every trainer: the compute-matched SFT control
+(issue #16) gives an SFT continuation the FLOPs its RL run used.
+
+    from dare_bench.trainers.compute import ComputeMeter
+    with ComputeMeter(model) as meter:
+        train_rl(model, ...)                  # or train_sft / train_preference: whatever calls the model
+    meter.flops, meter.summary()              # {"flops", "token_forwards", "grad_token_forwards", "counted"}
+
+A forward hook on the model counts the tokens of every forward (`input_ids.numel()`: rollout decoding, likelihood
+estimates, reference / old-policy copies made with deepcopy keep the hook and count too) and prices them with the
+weight-matmul FLOP model (`models.flops.matmul_flops_per_token`): 1x for a forward under no_grad, 3x for one with
+gradients on (its backward is 2x). Attention scores, element-wise work and the optimizer are left out, for RL and
+SFT alike, so the two sides of a control are counted by the same rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+COUNTED = "weight-matmul FLOPs (models/flops.py): 1x per no-grad forward token, 3x per forward token with gradients"
+
+
+class ComputeMeter:
+    """Counts a model's forward tokens while entered (module doc); `stop_at(budget)` is an `after_step` rule."""
+
+    def __init__(self, model):
+        from dare_bench.models.flops import matmul_flops_per_token
+
+        self.model = model
+        self.flops_per_token = matmul_flops_per_token(model)
+        self.token_forwards = 0
+        self.grad_token_forwards = 0
+        self._handle = None
+
+    def __enter__(self) -> "ComputeMeter":
+        import torch
+
+        meter = self
+
+        # A plain closure, not a bound method: deepcopy keeps functions as they are, so a reference / old-policy
+        # copy of the model made inside counts into this meter (a bound method would be copied with a new meter).
+        def count(module, args, kwargs, output) -> None:
+            ids = args[0] if args else kwargs.get("input_ids")
+            if ids is None:
+                return
+            if torch.is_grad_enabled():
+                meter.grad_token_forwards += int(ids.numel())
+            else:
+                meter.token_forwards += int(ids.numel())
+
+        self._handle = self.model.register_forward_hook(count, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.remove()  # deepcopies made inside keep their own copy of the hook; they are gone by now
+            self._handle = None
+
+    @property
+    def flops(self) -> float:
+        return self.flops_per_token * (self.token_forwards + 3 * self.grad_token_forwards)
+
+    def stop_at(self, budget_flops: float) -> Callable[[int], bool]:
+        """An `after_step` hook: True (stop) once the counted FLOPs reach `budget_flops`."""
+        return lambda step: self.flops >= budget_flops
+
+    def summary(self) -> dict[str, Any]:
+        return {"flops": self.flops, "token_forwards": self.token_forwards,
+                "grad_token_forwards": self.grad_token_forwards, "flops_per_token": self.flops_per_token,
+                "counted": COUNTED}
+
+
+__all__ = ["COUNTED", "ComputeMeter"]
