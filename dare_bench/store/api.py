@@ -34,8 +34,10 @@ from dare_bench.store.engine import READ_ONLY, open_database, resolve_url
 from dare_bench.store.models import Evaluation, ReportedScoreRow, Run, Sample, StepMetric
 from dare_bench.store.records import (
     EvaluationRecord,
+    MetricRecord,
     ResultFile,
     RunRecord,
+    SampleRecord,
     check_integrity,
     new_uid,
     read_result_file,
@@ -303,14 +305,50 @@ class Store:
             from dare_bench.errors import DataError
 
             raise DataError(f"{path}: no such file or directory")
-        parsed = [(f, read_result_file(f)) for f in files]
+        return self.ingest_results([(f, f) for f in files])
+
+    def ingest_results(self, sources: list[tuple[Any, Any]]) -> dict[str, int]:
+        """`ingest` of (name, result file path or ResultFile) pairs: all verified first, then one transaction."""
+        parsed = [(name, read_result_file(src) if isinstance(src, (str, Path)) else src) for name, src in sources]
         for f, result in parsed:  # an edited or incomplete run record refuses the whole ingest
             check_integrity(result, f)
-        counts = {"files": len(files), "runs": 0, "evaluations": 0, "metrics": 0, "skipped_evaluations": 0}
+        counts = {"files": len(parsed), "runs": 0, "evaluations": 0, "metrics": 0, "skipped_evaluations": 0}
         with self._tx() as s:
             for _f, result in parsed:
                 _ingest_one(s, result, counts)
         return counts
+
+    def result_file(self, run_id: int) -> ResultFile:
+        """One finished run as a result file (what `ingest` reads): its full run record (config, code version,
+        packages, hardware, base identity, compute, control link), step metrics and evaluations with samples."""
+        with self._sessions() as s:
+            run = self._get(s, run_id)
+            if run.status != "finished":
+                raise StoreError(f"run {run_id} is {run.status}; only finished runs are exported")
+            record = RunRecord(
+                uid=run.uid, reproduction=run.reproduction, algorithm=run.algorithm, backbone=run.backbone,
+                task=run.task, scale=run.scale, config=json.loads(run.config_json), config_hash=run.config_hash,
+                modified=run.modified, overrides=json.loads(run.overrides_json), seed=run.seed,
+                code_version=run.code_version, packages=json.loads(run.packages_json),
+                hardware=json.loads(run.hardware_json), base=json.loads(run.base_json or "{}"),
+                compute=json.loads(run.compute_json or "{}"), control_of=run.control_of, status=run.status,
+                error=run.error, host=run.host, pid=run.pid, started_at=_aware(run.started_at),
+                finished_at=_aware(run.finished_at) if run.finished_at else None)
+            metrics = [MetricRecord(step=m.step, values=_metric_values(m)) for m in
+                       s.scalars(select(StepMetric).where(StepMetric.run_id == run.id).order_by(StepMetric.step))]
+            evaluations = []
+            for e in s.scalars(select(Evaluation).where(Evaluation.run_id == run.id).order_by(Evaluation.id)):
+                samples = [SampleRecord(idx=x.idx, item_id=x.item_id, prompt=x.prompt, completion=x.completion,
+                                        reference=x.reference, score=x.score, correct=x.correct,
+                                        extra=json.loads(x.extra_json or "{}"))
+                           for x in sorted(e.samples, key=lambda x: x.idx)]
+                evaluations.append(EvaluationRecord(
+                    uid=e.uid or f"{run.uid}-{e.id}", task=e.task, split=e.split,
+                    data_fingerprint=e.data_fingerprint, sampler_preset=e.sampler_preset,
+                    sampler=json.loads(e.sampler_json), metrics=json.loads(e.metrics_json),
+                    primary_metric=e.primary_metric, n_items=e.n_items, checkpoint=e.checkpoint, step=e.step,
+                    samples=samples))
+            return ResultFile(run=record, metrics=metrics, evaluations=evaluations)
 
     def export_rows(self) -> list[dict[str, Any]]:
         """One flat row per evaluation joined with its run: what `dare-bench export` writes."""
@@ -472,6 +510,16 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "duration_s": run.duration_s, "base": json.loads(run.base_json or "{}"), "base_sha256": run.base_sha256,
         "compute": json.loads(run.compute_json or "{}"), "control_of": run.control_of,
     }
+
+
+def _metric_values(m: StepMetric) -> dict[str, Any]:
+    """A stored step back to the flat mapping `log_metrics` took (columns, stage_seconds, the extra keys)."""
+    values: dict[str, Any] = {c: getattr(m, c) for c in METRIC_COLUMNS if getattr(m, c) is not None}
+    stages = json.loads(m.stage_seconds_json or "{}")
+    if stages:
+        values["stage_seconds"] = stages
+    values.update(json.loads(m.extra_json or "{}"))  # a non-finite column's "<name>_nonfinite" text goes back as is
+    return values
 
 
 def _base_hash(base: dict[str, Any]) -> str:

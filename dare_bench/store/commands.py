@@ -80,7 +80,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("export")
     def export_cmd(
-        fmt: str = typer.Option(..., "--format", help="csv | json"),
+        fmt: Optional[str] = typer.Option(None, "--format", help="csv | json (one table)"),
+        bundle: Optional[Path] = typer.Option(None, "--bundle", help="Write a results bundle here instead: one "
+                                              "result file per finished run with its full run record, which "
+                                              "`dare-bench ingest` reads (how a reproduction is published)."),
+        scale: Optional[str] = typer.Option(None, "--scale", help="--bundle: only runs of this scale."),
+        backbone: Optional[str] = typer.Option(None, "--backbone", help="--bundle: only runs of this backbone."),
+        reproduction: Optional[str] = typer.Option(None, "--reproduction", help="--bundle: only reproductions "
+                                                   "matching this glob, e.g. 'd1-*-sudoku'."),
         what: str = typer.Option("evaluations", "--what", help="evaluations (one row per evaluation, with its run) "
                                  "| reported (published scores, as last synced by `ingest`)"),
         output: Optional[Path] = typer.Option(
@@ -88,10 +95,20 @@ def register(app: typer.Typer) -> None:
         ),
         db: Optional[str] = DB_OPTION,
     ) -> None:
-        """Export every evaluation with its run's identity (one row each) as CSV or JSON."""
+        """Export every evaluation with its run's identity (one row each) as CSV or JSON, or runs as a bundle."""
         from dare_bench.errors import ConfigError
         from dare_bench.store import Store
 
+        if (fmt is None) == (bundle is None):
+            raise ConfigError("give exactly one of --format csv|json (a table) or --bundle DIR (result files)")
+        if bundle is None and (scale or backbone or reproduction):
+            raise ConfigError("--scale / --backbone / --reproduction select the runs of a --bundle")
+        if bundle is not None:
+            from dare_bench.store.bundle import export_bundle
+
+            paths = export_bundle(Store(db), bundle, scale=scale, backbone=backbone, reproduction=reproduction)
+            typer.echo(f"wrote {len(paths)} result file(s) to {bundle} (load them with `dare-bench ingest {bundle}`)")
+            return
         if fmt not in ("csv", "json"):
             raise ConfigError(f"--format must be csv or json, not {fmt!r}")
         if what not in ("evaluations", "reported"):

@@ -1,0 +1,117 @@
+"""Results bundles: `export --bundle` writes finished runs with their full records, `ingest` reads them back
+verified, and the leaderboard layers the user's store on top of bundles (fresh install: bundles alone)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dare_bench.cli import app
+from dare_bench.errors import DataError
+from dare_bench.pipeline.plan import resolve
+from dare_bench.store import EvaluationRecord, SampleRecord, Store
+from dare_bench.store.bundle import export_bundle, merged_database
+
+runner = CliRunner()
+
+
+def _run(store: Store, name: str, seed: int, final: float, *, base_sha: str = "a" * 64) -> int:
+    _, cfg = resolve(name, "micro")
+    run_id = store.start_run(cfg, seed=seed)
+    for step in (1, 2):
+        store.log_metrics(run_id, step, {"reward_mean": 0.1 * step, "loss": float("nan") if step == 2 else 1.0,
+                                         "stage_seconds": {"rollout": 1.5}, "clip_fraction": 0.25})
+    samples = [SampleRecord(idx=i, completion=f"c{i}", score=float(i % 2), correct=bool(i % 2)) for i in range(3)]
+    evs = [EvaluationRecord(task=cfg.task, split="test", data_fingerprint="fp", metrics={"accuracy": v},
+                            primary_metric="accuracy", checkpoint=c, samples=samples)
+           for c, v in (("base", 0.1), ("final", final))]
+    store.finish_run(run_id, evs, base={"weights_sha256": base_sha, "selection": {"rule": "target", "step": 70}},
+                     compute={"flops": 1.5e9, "flops_per_token": 100.0, "token_forwards": 1, "grad_token_forwards": 2})
+    return run_id
+
+
+def test_export_then_ingest_round_trips_the_full_record(tmp_path):
+    src = Store(f"sqlite:///{tmp_path / 'src.db'}")
+    ids = [_run(src, "d1-llada-sudoku", s, 0.3 + 0.1 * s) for s in (0, 1)]
+    _run(src, "d1-dream-sudoku", 0, 0.5)
+    paths = export_bundle(src, tmp_path / "bundle", backbone="llada")
+    assert len(paths) == 2 and all(p.name.startswith("d1-llada-sudoku.micro.seed") for p in paths)
+    dst = Store(f"sqlite:///{tmp_path / 'dst.db'}")
+    counts = dst.ingest(tmp_path / "bundle")
+    assert counts["runs"] == 2 and counts["evaluations"] == 4
+    for run_id in ids:
+        a = src.get_run(run_id)
+        (b,) = [r for r in dst.latest_runs(limit=None) if r["uid"] == a["uid"]]
+        for key in ("config", "config_hash", "seed", "packages", "hardware", "base", "base_sha256", "compute"):
+            assert a[key] == b[key], key
+        assert [e["metrics"] for e in src.evaluations(run_id)] == [e["metrics"] for e in dst.evaluations(b["id"])]
+        assert [m["reward_mean"] for m in src.metrics(run_id)] == [m["reward_mean"] for m in dst.metrics(b["id"])]
+        assert dst.metrics(b["id"])[1]["extra"]["clip_fraction"] == 0.25
+    assert dst.ingest(tmp_path / "bundle")["runs"] == 0  # idempotent
+
+
+def test_a_selection_matching_nothing_writes_nothing(tmp_path):
+    src = Store(f"sqlite:///{tmp_path / 'src.db'}")
+    _run(src, "d1-llada-sudoku", 0, 0.3)
+    with pytest.raises(DataError, match="no finished runs .* match .*scale tiny"):
+        export_bundle(src, tmp_path / "bundle", scale="tiny")
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_a_tampered_bundle_file_is_refused(tmp_path):
+    src = Store(f"sqlite:///{tmp_path / 'src.db'}")
+    _run(src, "d1-llada-sudoku", 0, 0.3)
+    (path,) = export_bundle(src, tmp_path / "bundle")
+    doc = json.loads(path.read_text())
+    doc["run"]["config"]["profile"]["train"]["lr"] = 1.0  # a better-looking recipe, same hash
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match="is not the hash of its config"):
+        Store(f"sqlite:///{tmp_path / 'dst.db'}").ingest(tmp_path / "bundle")
+
+
+def test_the_users_store_is_layered_on_the_bundles(tmp_path):
+    from dare_bench.leaderboard import data as L
+
+    shipped = Store(f"sqlite:///{tmp_path / 'shipped.db'}")
+    _run(shipped, "d1-llada-sudoku", 0, 0.3)
+    _run(shipped, "d1-llada-sudoku", 1, 0.5)
+    export_bundle(shipped, tmp_path / "bundle")
+    user = Store(f"sqlite:///{tmp_path / 'user.db'}")
+    _run(user, "d1-llada-sudoku", 2, 0.7)
+    user.ingest(tmp_path / "bundle")  # the user already holds the bundle's runs too: each kept once
+    merged = merged_database([tmp_path / "bundle"], user.url, home=tmp_path / "home")
+    assert (merged["bundle_runs"], merged["user_runs"]) == (2, 3)
+    cells = L.winners(L.open_reader(merged["url"]), backbone="llada", scale="micro")
+    d1 = cells[cells["algorithm"] == "d1"].iloc[0]
+    assert d1.n == 3 and d1["mean"] == pytest.approx(0.5)
+    alone = merged_database([tmp_path / "bundle"], None, home=tmp_path / "home")
+    assert alone["user_runs"] == 0 and alone["url"] != merged["url"]
+    assert len(list((tmp_path / "home" / "leaderboard").glob("merged-*.db"))) == 1  # the earlier build is gone
+
+
+def test_cli_export_bundle_and_its_bad_input(tmp_path):
+    db = f"sqlite:///{tmp_path / 'src.db'}"
+    _run(Store(db), "d1-llada-sudoku", 0, 0.3)
+    ok = runner.invoke(app, ["export", "--bundle", str(tmp_path / "b"), "--db", db, "--reproduction", "d1-*"])
+    assert ok.exit_code == 0 and "wrote 1 result file(s)" in ok.output
+    both = runner.invoke(app, ["export", "--bundle", str(tmp_path / "c"), "--format", "csv", "--db", db])
+    assert both.exit_code != 0 and "exactly one of --format" in str(both.exception)
+    stray = runner.invoke(app, ["export", "--format", "csv", "--scale", "tiny", "--db", db])
+    assert stray.exit_code != 0 and "select the runs of a --bundle" in str(stray.exception)
+
+
+def test_a_fresh_install_shows_the_bundle_alone(tmp_path, monkeypatch):
+    from dare_bench.leaderboard.commands import layered_url
+
+    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
+    src = Store(f"sqlite:///{tmp_path / 'src.db'}")
+    _run(src, "d1-llada-sudoku", 0, 0.3)
+    export_bundle(src, tmp_path / "bundle")
+    url = layered_url(f"sqlite:///{tmp_path / 'never-made.db'}", [tmp_path / "bundle"], None)
+    assert Store(url).latest_runs(limit=None)[0]["reproduction"] == "d1-llada-sudoku"
+    from dare_bench.errors import StoreError
+
+    with pytest.raises(StoreError, match="no database at"):  # a store named with --db must exist
+        layered_url(str(tmp_path / "typo.db"), [tmp_path / "bundle"], str(tmp_path / "typo.db"))
