@@ -1,7 +1,10 @@
 """dare-bench leaderboard: which post-training algorithm wins per backbone, reported vs reproduced, with curves.
 
-What it does: a read-only Streamlit app over the results store. For one backbone and ONE scale at a time it shows
-the algorithm × task matrix of final scores (mean, 95 % CI over seeds, number of runs, winner starred), the
+What it does: a read-only Streamlit app over the results store. An overview answers the question at a glance (per
+backbone × task at one scale: the winner, its margin over the runner-up, whether their CIs separate). For one
+backbone and ONE scale at a time it shows the algorithm × task matrix of final scores (mean, 95 % CI over seeds,
+number of runs, winner starred; gains over the base and over a compute-matched SFT control), stability (reward
+with seed bands, reward-collapse flags), score against tokens per forward, the
 paper's reported values next to ours (ours ×100: the store keeps fractions, papers print percentages), training
 curves (reward, loss, KL, tokens per forward) overlaid per algorithm with the per-stage time breakdown, and a
 drill-down into one run (resolved config, run record, sampler preset, a page of per-sample outputs).
@@ -53,6 +56,27 @@ def _facets(url: str, backbone: str, scale: str) -> dict:
 def _winners(url: str, backbone: str, scale: str, tasks: tuple, algorithms: tuple, modified: bool) -> pd.DataFrame:
     return data.winners(_engine(url), backbone=backbone, scale=scale, tasks=list(tasks), algorithms=list(algorithms),
                         include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _overview_table(url: str, scale: str, modified: bool) -> pd.DataFrame:
+    return data.winners_overview(_engine(url), scale=scale, include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _seed_bands(url: str, backbone: str, task: str, scale: str, modified: bool) -> pd.DataFrame:
+    return data.seed_bands(_engine(url), backbone=backbone, task=task, scale=scale, include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _collapses(url: str, backbone: str, task: str, scale: str, drop: float, modified: bool) -> pd.DataFrame:
+    return data.reward_collapses(_engine(url), backbone=backbone, task=task, scale=scale, drop=drop,
+                                 include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _tpf(url: str, backbone: str, scale: str, modified: bool) -> pd.DataFrame:
+    return data.accuracy_vs_tpf(_engine(url), backbone=backbone, scale=scale, include_modified=modified)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -148,8 +172,22 @@ def main() -> None:
         modified = st.checkbox("Include modified runs (key=value overrides)", value=False, key="modified")
 
     cells = _winners(url, backbone, scale, tuple(tasks), tuple(algorithms), modified)
-    tab_win, tab_rep, tab_eval, tab_curves, tab_run = st.tabs(
-        ["Winners", "Reported vs reproduced", "Evaluation reproduction", "Curves", "Run drill-down"])
+    tab_over, tab_win, tab_rep, tab_eval, tab_curves, tab_stab, tab_tpf, tab_run = st.tabs(
+        ["Overview", "Winners", "Reported vs reproduced", "Evaluation reproduction", "Curves", "Stability",
+         "Speed vs quality", "Run drill-down"])
+
+    with tab_over:
+        st.subheader(f"Which algorithm wins — every backbone, {scale} scale")
+        over = _overview_table(url, scale, modified)
+        if over.empty:
+            st.info(f"No finished {scale}-scale runs to rank.")
+        else:
+            st.caption("Per backbone × task: the best mean final score (baseline left out), the runner-up, the "
+                       "margin, and whether the two 95 % CIs separate (n/a: a single run has no interval).")
+            st.dataframe(over, width="stretch", hide_index=True,
+                         column_config={"mean": st.column_config.NumberColumn(format="%.3f"),
+                                        "ci95": st.column_config.NumberColumn("± 95 % CI", format="%.3f"),
+                                        "margin": st.column_config.NumberColumn(format="%+.3f")})
 
     with tab_win:
         st.subheader(f"Winners — {backbone}, {scale} scale")
@@ -273,6 +311,42 @@ def main() -> None:
                            color=alt.Color("stage:N"), tooltip=["algorithm", "stage", "seconds_per_run", "runs"])
                    .properties(height=max(160, 50 * stages["algorithm"].nunique())))
             st.altair_chart(bar, width="stretch")
+
+    with tab_stab:
+        st.subheader(f"Stability — {backbone}, {scale} scale")
+        stab_tasks = tasks or choices["tasks"]
+        stab_task = st.selectbox("Task", stab_tasks, key="stability_task")
+        threshold = st.slider("Collapse: a fall from the running peak reward of more than", 0.05, 1.0, 0.2, 0.05,
+                              key="collapse_drop")
+        bands = _seed_bands(url, backbone, stab_task, scale, modified)
+        if algorithms:
+            bands = bands[bands["algorithm"].isin(algorithms)]
+        if bands.empty:
+            st.info(f"No reward curves for {backbone} × {stab_task} at {scale} scale.")
+        else:
+            st.caption("Mean reward over seeds per step, band = ± 1 standard deviation over seeds.")
+            base = alt.Chart(bands).encode(x=alt.X("step:Q", title="step"), color=alt.Color("algorithm:N"))
+            chart = (base.mark_area(opacity=0.2).encode(y=alt.Y("low:Q", title="reward"), y2="high:Q")
+                     + base.mark_line().encode(y="mean:Q", tooltip=["algorithm", "step", "mean", "runs"]))
+            st.altair_chart(chart.properties(height=280), width="stretch")
+        collapses = _collapses(url, backbone, stab_task, scale, threshold, modified)
+        st.markdown(f"**Reward collapses** (drop > {threshold:g}): {len(collapses)} run(s)")
+        if len(collapses):
+            st.dataframe(collapses, width="stretch", hide_index=True)
+
+    with tab_tpf:
+        st.subheader(f"Speed vs quality — {backbone}, {scale} scale")
+        points = _tpf(url, backbone, scale, modified)
+        if points.empty:
+            st.info(f"No final evaluations of {backbone} at {scale} scale with tokens per forward.")
+        else:
+            st.caption("Every final evaluation: its score against tokens per forward (decoded tokens / model "
+                       "forwards), the hardware-independent speed axis of d3LLM's AUP leaderboard.")
+            chart = (alt.Chart(points).mark_point(filled=True)
+                     .encode(x=alt.X("tokens_per_forward:Q", title="tokens per forward"),
+                             y=alt.Y("value:Q", title="score"), color="algorithm:N", shape="task:N",
+                             tooltip=["run_id", "algorithm", "task", "metric", "value", "tokens_per_forward"]))
+            st.altair_chart(chart.properties(height=300), width="stretch")
 
     with tab_run:
         st.subheader("Run drill-down")

@@ -283,6 +283,103 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
     return {t: sorted(g.loc[g["best"], "algorithm"]) for t, g in cells.groupby("group")}
 
 
+# ------------------------------------------------------------------------------------------------ overview
+
+
+def winners_overview(engine: Engine, *, scale: str, include_modified: bool = False) -> pd.DataFrame:
+    """The question at a glance, one row per backbone x task (x base group): the best algorithm (baseline and
+    released checkpoints left out of the race), the runner-up, the margin, and whether their 95 % CIs separate
+    ("yes" / "no"; "n/a" where either has one run, so no interval)."""
+    rows = []
+    for backbone in facets_backbones(engine, scale):
+        cells = winners(engine, backbone=backbone, scale=scale, include_modified=include_modified)
+        cells = cells[cells["algorithm"] != "baseline"]
+        for (group, metric), g in cells.groupby(["group", "metric"]):
+            g = g.sort_values("mean", ascending=False, kind="stable")
+            top = g.iloc[0]
+            row = {"backbone": backbone, "task": group, "metric": metric, "winner": top.algorithm,
+                   "mean": top["mean"], "ci95": top.ci95, "n": int(top.n), "runner_up": None, "margin": None,
+                   "separated": "n/a"}
+            if len(g) > 1:
+                second = g.iloc[1]
+                row.update(runner_up=second.algorithm, margin=float(top["mean"] - second["mean"]))
+                if top.ci95 == top.ci95 and second.ci95 == second.ci95:  # both have an interval (n > 1)
+                    separated = top["mean"] - top.ci95 > second["mean"] + second.ci95
+                    row["separated"] = "yes" if separated else "no"
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["backbone", "task", "metric", "winner", "mean", "ci95", "n", "runner_up",
+                                       "margin", "separated"])
+
+
+def facets_backbones(engine: Engine, scale: str) -> list[str]:
+    """Backbones with finished runs at `scale`."""
+    df = _df(engine, "SELECT DISTINCT backbone FROM runs WHERE status = 'finished' AND scale = :s", s=scale)
+    return sorted(df["backbone"].tolist())
+
+
+# ------------------------------------------------------------------------------------------------ stability
+
+
+def seed_bands(engine: Engine, *, backbone: str, task: str, scale: str, metric: str = "reward_mean",
+               include_modified: bool = False) -> pd.DataFrame:
+    """Per algorithm and step: the mean of `metric` over its runs (seeds), the band mean ± std, and the runs behind
+    it (DARE's stability plots)."""
+    if metric not in CURVE_COLUMNS:
+        raise ValueError(f"unknown curve metric {metric!r}")
+    sql = f"""
+        SELECT r.algorithm AS algorithm, m.step AS step, AVG(m.{metric}) AS mean,
+               AVG(m.{metric} * m.{metric}) AS mean_sq, COUNT(m.{metric}) AS runs
+        FROM step_metrics m JOIN runs r ON r.id = m.run_id
+        WHERE r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale
+          AND r.control_of IS NULL {_modified_clause(include_modified)}
+        GROUP BY r.algorithm, m.step HAVING COUNT(m.{metric}) > 0 ORDER BY r.algorithm, m.step
+    """
+    df = _df(engine, sql, backbone=backbone, task=task, scale=scale)
+    n = df["runs"].astype(float)
+    var = ((df["mean_sq"] - df["mean"] ** 2).clip(lower=0.0) * n / (n - 1).where(n > 1)).fillna(0.0)
+    std = var.pow(0.5)
+    return df.drop(columns=["mean_sq"]).assign(low=df["mean"] - std, high=df["mean"] + std)
+
+
+def reward_collapses(engine: Engine, *, backbone: str, task: str, scale: str, drop: float = 0.2,
+                     include_modified: bool = False) -> pd.DataFrame:
+    """Runs whose reward fell from its running peak by more than `drop` (absolute reward) at some step: the step
+    of the largest fall, the peak before it and the value there. A collapse flag, as in DARE's analysis."""
+    sql = f"""
+        SELECT r.id AS run_id, r.algorithm AS algorithm, r.seed AS seed, m.step AS step, m.reward_mean AS reward
+        FROM step_metrics m JOIN runs r ON r.id = m.run_id
+        WHERE r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale
+          AND m.reward_mean IS NOT NULL {_modified_clause(include_modified)}
+        ORDER BY r.id, m.step
+    """
+    df = _df(engine, sql, backbone=backbone, task=task, scale=scale)
+    rows = []
+    for (run_id, algorithm, seed), g in df.groupby(["run_id", "algorithm", "seed"], sort=False):
+        peak = g["reward"].cummax()
+        fall = peak - g["reward"]
+        worst = int(fall.to_numpy().argmax())
+        if fall.iloc[worst] > drop:
+            rows.append({"run_id": int(run_id), "algorithm": algorithm, "seed": int(seed),
+                         "step": int(g["step"].iloc[worst]), "peak": float(peak.iloc[worst]),
+                         "reward": float(g["reward"].iloc[worst]), "drop": float(fall.iloc[worst])})
+    return pd.DataFrame(rows, columns=["run_id", "algorithm", "seed", "step", "peak", "reward", "drop"])
+
+
+def accuracy_vs_tpf(engine: Engine, *, backbone: str, scale: str, include_modified: bool = False) -> pd.DataFrame:
+    """Every final evaluation of this backbone and scale: its primary metric against tokens per forward (the
+    hardware-independent speed / quality view of d3LLM's AUP leaderboard)."""
+    sql = f"""
+        SELECT r.id AS run_id, r.algorithm AS algorithm, e.task AS task, e.primary_metric AS metric,
+               e.primary_value AS value, e.metrics_json AS metrics_json, e.sampler_preset AS sampler
+        FROM evaluations e JOIN runs r ON r.id = e.run_id
+        WHERE e.checkpoint = 'final' AND r.status = 'finished' AND r.backbone = :backbone AND r.scale = :scale
+          {_modified_clause(include_modified)}
+    """
+    df = _df(engine, sql, backbone=backbone, scale=scale)
+    tpf = [json.loads(m or "{}").get("tokens_per_forward") for m in df["metrics_json"]]
+    return df.drop(columns=["metrics_json"]).assign(tokens_per_forward=tpf).dropna(subset=["tokens_per_forward"])
+
+
 # ----------------------------------------------------------------------------------- reported vs reproduced
 
 

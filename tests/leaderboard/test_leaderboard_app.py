@@ -106,3 +106,14 @@ def test_switching_backbone_keeps_filters_valid(monkeypatch, winners_db):
     assert not at.exception, at.exception
     assert at.selectbox(key="scale").options == ["micro"] and at.multiselect(key="tasks").value == []
     assert "**gsm8k**: d1 (0.700)" in _tab(at, "Winners").markdown[0].value
+
+
+def test_overview_stability_and_speed_tabs_render(monkeypatch, winners_db):
+    at = _app(monkeypatch, winners_db)
+    at.selectbox(key="scale").select("micro").run()
+    over = _tab(at, "Overview").dataframe[0].value.set_index(["backbone", "task"])
+    assert over.loc[("llada", "sudoku"), "winner"] == "d1" and over.loc[("dream", "gsm8k"), "winner"] == "d1"
+    stab = _tab(at, "Stability")
+    assert at.selectbox(key="stability_task").value == "sudoku"
+    assert any("Reward collapses" in m.value for m in stab.markdown)
+    assert not at.exception

@@ -54,7 +54,8 @@ def two_algorithms_db(tmp_path) -> str:
 def server(two_algorithms_db):
     port = free_port()
     log = open(Path(two_algorithms_db.split("///", 1)[1]).with_suffix(".log"), "w")
-    proc = subprocess.Popen([*_command(), "leaderboard", "--db", two_algorithms_db, "--port", str(port)],
+    proc = subprocess.Popen([*_command(), "leaderboard", "--no-bundle", "--db", two_algorithms_db,
+                             "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     try:
         wait_healthy(port, proc)
@@ -101,11 +102,15 @@ def test_real_server_in_headless_chromium_shows_the_winner(sync_api, server):
             page = browser.new_page(viewport={"width": 1500, "height": 1700})
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(server, wait_until="domcontentloaded")
-            page.locator("[data-testid=stDataFrame]").first.wait_for()
+            page.locator("h3", has_text="Which algorithm wins — every backbone, micro scale").wait_for()
+            page.locator("[data-testid=stDataFrame]:visible").first.wait_for()  # the overview (the first tab)
+            shots.append(_shot(page, "leaderboard-overview.png"))
+
+            page.get_by_role("tab", name="Winners").click()
             best = page.get_by_text("Best per task")
             best.wait_for()
             assert "sudoku: d1 (0.450)" in best.inner_text()
-            assert "Winners — llada, micro scale" in page.locator("h3").first.inner_text()
+            page.locator("h3", has_text="Winners — llada, micro scale").wait_for()
             shots.append(_shot(page, "leaderboard.png"))
 
             page.get_by_role("tab", name="Reported vs reproduced").click()
@@ -113,10 +118,15 @@ def test_real_server_in_headless_chromium_shows_the_winner(sync_api, server):
             shots.append(_shot(page, "leaderboard-reported.png"))
 
             page.get_by_role("tab", name="Curves").click()
-            charts = page.locator("[data-testid=stVegaLiteChart]")
+            charts = page.locator("[data-testid=stVegaLiteChart]:visible")  # this tab's, not the hidden ones'
             charts.nth(4).wait_for()  # reward, loss, KL, tokens per forward, stage times
             assert charts.count() == 5
             shots.append(_shot(page, "leaderboard-curves.png"))
+
+            page.get_by_role("tab", name="Stability").click()
+            page.get_by_text("Reward collapses").wait_for()
+            page.locator("[data-testid=stVegaLiteChart]:visible").first.wait_for()  # reward with seed bands
+            shots.append(_shot(page, "leaderboard-stability.png"))
 
             page.get_by_role("tab", name="Run drill-down").click()
             page.get_by_text("Resolved config").wait_for()

@@ -247,3 +247,49 @@ def test_command_rejects_a_bad_database_in_one_line(tmp_path):
 def test_display_url_hides_passwords():
     assert L.display_url("postgresql://user:secret@db.example/results") == "postgresql://user:***@db.example/results"
     assert L.display_url("/tmp/odd #name?.db") == "/tmp/odd #name?.db"
+
+
+def test_overview_names_the_winner_the_margin_and_whether_cis_separate(winners_db, tmp_path):
+    over = L.winners_overview(L.open_reader(winners_db), scale="micro").set_index(["backbone", "task"])
+    llada = over.loc[("llada", "sudoku")]
+    assert (llada.winner, llada.runner_up) == ("d1", "sft") and llada.margin == pytest.approx(0.2)
+    assert llada.separated == "no"  # two seeds each: t(1) intervals of ±0.9 overlap
+    dream = over.loc[("dream", "gsm8k")]
+    assert dream.winner == "d1" and pd.isna(dream.runner_up) and dream.separated == "n/a"
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    for seed, (a, b) in enumerate([(0.80, 0.20), (0.81, 0.21), (0.79, 0.19)]):
+        add_run(store, "d1", a, seed=seed)
+        add_run(store, "sft", b, seed=seed)
+    sep = L.winners_overview(L.open_reader(store.url), scale="micro").iloc[0]
+    assert sep.separated == "yes" and sep.n == 3
+
+
+def test_seed_bands_and_collapse_flags(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    from lb_helpers import config, evaluation
+
+    for seed, rewards in enumerate([[0.1, 0.5, 0.6, 0.1], [0.1, 0.3, 0.5, 0.6]]):
+        run_id = store.start_run(config("d1", "llada", "sudoku", "micro"), seed=seed, code_version="t",
+                                 packages={"torch": "2"}, hardware={"cpu": "t"})
+        for step, r in enumerate(rewards, start=1):
+            store.log_metrics(run_id, step, {"reward_mean": r, "tokens_per_forward": 2.0})
+        store.finish_run(run_id, [evaluation("sudoku", 0.1, "base"), evaluation("sudoku", 0.3, "final")])
+    engine = L.open_reader(store.url)
+    bands = L.seed_bands(engine, backbone="llada", task="sudoku", scale="micro")
+    step2 = bands[bands["step"] == 2].iloc[0]
+    assert step2["mean"] == pytest.approx(0.4) and step2.runs == 2
+    assert step2.high - step2["mean"] == pytest.approx(math.sqrt(0.02))  # sample std of (0.5, 0.3)
+    flags = L.reward_collapses(engine, backbone="llada", task="sudoku", scale="micro", drop=0.2)
+    assert list(flags["seed"]) == [0] and flags.iloc[0]["step"] == 4 and flags.iloc[0]["drop"] == pytest.approx(0.5)
+    assert L.reward_collapses(engine, backbone="llada", task="sudoku", scale="micro", drop=0.6).empty
+
+
+def test_accuracy_against_tokens_per_forward(winners_db, tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    from lb_helpers import evaluation
+
+    run_id = add_run(store, "d1", 0.4)
+    ev = evaluation("sudoku", 0.6, "final")
+    store.add_evaluation(run_id, ev.model_copy(update={"metrics": {"accuracy": 0.6, "tokens_per_forward": 3.5}}))
+    points = L.accuracy_vs_tpf(L.open_reader(store.url), backbone="llada", scale="micro")
+    assert list(points["tokens_per_forward"]) == [3.5] and list(points["value"]) == [0.6]
