@@ -97,3 +97,45 @@ def register(app: typer.Typer) -> None:
         sys.stderr.flush()
         # exec: the server replaces this process, so signals (Ctrl-C, a test's kill) reach Streamlit directly.
         os.execve(sys.executable, argv, env)
+
+    @app.command("winners")
+    def winners_cmd(
+        scale: str = typer.Option("tiny", "--scale", help="The scale ranked (scales are never mixed)."),
+        bundles: Optional[List[Path]] = typer.Option(None, "--bundle", help="Results bundle directories (default: "
+                                                     "the shipped one, dare_bench/results/)."),
+        db: Optional[str] = typer.Option(None, "--db", help="Rank a store instead of bundles.", show_default=False),
+        readme: Optional[Path] = typer.Option(None, "--readme", help="Rewrite the winners block of this README "
+                                              "(between its markers) with the table."),
+        image: Optional[Path] = typer.Option(None, "--image", help="Also write the table as a PNG here (linked "
+                                             "from the README block, relative to the README)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    ) -> None:
+        """The winners table (backbone x task -> winner ± CI, margin, CI separation, vs SFT control), generated."""
+        import json
+        import os
+
+        from dare_bench.errors import ConfigError
+        from dare_bench.leaderboard.report import markdown_table, update_readme, winners_rows, write_image
+        from dare_bench.store.bundle import merged_database
+
+        if db is not None and bundles:
+            raise ConfigError("rank either --db or --bundle directories, not both")
+        if db is not None:
+            url = db if "://" in db else f"sqlite:///{db}"
+        else:
+            url = merged_database(bundles or [SHIPPED], None)["url"]
+        rows = winners_rows(url, scale=scale)
+        if as_json:
+            typer.echo(json.dumps(rows))
+            return
+        markdown = markdown_table(rows, scale)
+        link = None
+        if image is not None:
+            write_image(rows, image, f"dare-bench winners, {scale} scale")
+            link = os.path.relpath(image, readme.parent) if readme is not None else str(image)
+        if readme is not None:
+            changed = update_readme(readme, markdown, link)
+            typer.echo(f"{readme}: winners block {'updated' if changed else 'already current'}", err=True)
+        else:
+            typer.echo(markdown, nl=False)
+

@@ -1,0 +1,57 @@
+"""`dare-bench winners`: the README's winners table is generated from the shipped bundle (and current), and the
+table / image / README block come out right on a store with known winners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dare_bench.cli import app
+from dare_bench.errors import ConfigError
+from dare_bench.leaderboard.report import END, START, markdown_table, update_readme, winners_rows
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_the_readme_block_is_the_shipped_bundles_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path))
+    from dare_bench.store.bundle import SHIPPED, merged_database
+
+    url = merged_database([SHIPPED], None)["url"]
+    expected = markdown_table(winners_rows(url, scale="tiny"), "tiny")
+    readme = (REPO / "README.md").read_text()
+    block = readme.split(START, 1)[1].split(END, 1)[0]
+    assert block.endswith(expected), "README winners block is stale: run `dare-bench winners --readme README.md " \
+                                     "--image docs/winners.png`"
+    assert "![winners](docs/winners.png)" in block and (REPO / "docs" / "winners.png").is_file()
+
+
+def test_winners_table_image_and_readme_block(winners_db, tmp_path):
+    rows = json.loads(runner.invoke(app, ["winners", "--db", winners_db, "--scale", "micro", "--json"]).stdout)
+    llada = next(r for r in rows if r["backbone"] == "llada")
+    assert (llada["winner"], llada["runner-up"], llada["margin"], llada["CIs separate"]) == ("d1", "sft", "+0.200",
+                                                                                          "no")
+    assert llada["score"].startswith("0.450 ± ") and llada["score"].endswith("(n=2)")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{START}\nold\n{END}\n\nafter\n")
+    image = tmp_path / "docs" / "w.png"
+    image.parent.mkdir()
+    out = runner.invoke(app, ["winners", "--db", winners_db, "--scale", "micro", "--readme", str(readme),
+                              "--image", str(image)])
+    assert out.exit_code == 0, out.output
+    text = readme.read_text()
+    assert "| llada | sudoku | d1 | 0.450 ± " in text and "![winners](docs/w.png)" in text and "old" not in text
+    assert text.endswith(f"{END}\n\nafter\n") and image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not update_readme(readme, markdown_table(winners_rows(winners_db, scale="micro"), "micro"),
+                             "docs/w.png")  # already current
+
+
+def test_a_readme_without_the_markers_is_one_error(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no block\n")
+    with pytest.raises(ConfigError, match="has no winners block"):
+        update_readme(readme, "x", None)
