@@ -174,6 +174,8 @@ def register(app: typer.Typer) -> None:
         slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition."),
         slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Slurm time limit per cell, minutes."),
         slurm_gpus: Optional[int] = typer.Option(None, "--slurm-gpus", help="GPUs per Slurm job."),
+        controls: bool = typer.Option(False, "--controls", help="Each RL cell also runs its compute-matched SFT "
+                                      "control (`reproduce --control`): the leaderboard's RL - control."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid, each cell's decision (run, "
                                      "resume, skip) and its reproduce plan; write nothing."),
         as_json: bool = typer.Option(False, "--json", help="Print {cells, summary} as JSON."),
@@ -186,7 +188,8 @@ def register(app: typer.Typer) -> None:
                           seeds=parse_seeds(seeds), overrides=list(overrides), jobs=jobs, threads=threads, db=db,
                           force=force, device=device, dry_run=dry_run, executor=executor,
                           submitit_cluster=submitit_cluster, slurm_partition=slurm_partition,
-                          slurm_time=slurm_time, slurm_gpus=slurm_gpus, progress=sys.stderr.isatty(), log=log)
+                          slurm_time=slurm_time, slurm_gpus=slurm_gpus, controls=controls,
+                          progress=sys.stderr.isatty(), log=log)
         if as_json:
             typer.echo(json.dumps({"cells": [c.to_json() for c in cells], "summary": sweep_summary(cells)},
                                   default=str))

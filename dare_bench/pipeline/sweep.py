@@ -20,6 +20,7 @@ decision (run, resume, skip) and its `reproduce --dry-run` plan, and writes noth
     dare-bench sweep '*-llada-sudoku' --scale micro --jobs 2 --json
     dare-bench sweep d1-llada-sudoku bgpo-llada-sudoku --seeds 0,1 --scale tiny --set train.steps=20
     dare-bench sweep --scale tiny --task sudoku,countdown --dry-run
+    dare-bench sweep --scale tiny --backbone llada --task sudoku --jobs 2 --controls   # + compute-matched SFT
     dare-bench sweep --scale tiny --backbone llada --device cuda --jobs 16          # one GPU machine
     dare-bench sweep --scale tiny --task sudoku --executor submitit --slurm-partition cpu --jobs 64 \\
         --db postgresql://user@dbhost/dare                                          # a Slurm cluster
@@ -79,6 +80,7 @@ class Cell:
     metric: str = "accuracy"
     base: float | None = None
     final: float | None = None
+    control: float | None = None  # --controls: the final metric of its compute-matched SFT control
     wall_seconds: float | None = None
     message: str = ""
     log: str | None = None  # the worker's stderr log
@@ -86,8 +88,8 @@ class Cell:
     cfg: Any = field(default=None, repr=False)  # the resolved RunConfig (not in the JSON)
 
     def to_json(self) -> dict[str, Any]:
-        keys = ("name", "scale", "seed", "status", "action", "run_id", "metric", "base", "final", "wall_seconds",
-                "message", "log")
+        keys = ("name", "scale", "seed", "status", "action", "run_id", "metric", "base", "final", "control",
+                "wall_seconds", "message", "log")
         out = {k: getattr(self, k) for k in keys}
         out["config_hash"] = self.cfg.content_hash if self.cfg is not None else None
         if self.plan is not None:
@@ -171,10 +173,13 @@ def base_group(cfg) -> tuple | None:
 # --------------------------------------------------------------------------------------------------- workers
 
 def cell_command(cell: Cell, *, db: str, overrides: list[str] | tuple[str, ...] = (), device: str | None = None,
-                 force: bool = False) -> list[str]:
-    """The `dare-bench reproduce` line of one cell (what a user would type to run it alone)."""
+                 force: bool = False, controls: bool = False) -> list[str]:
+    """The `dare-bench reproduce` line of one cell (what a user would type to run it alone); `controls`: an RL
+    cell runs its compute-matched SFT control after it (`reproduce --control`)."""
     cmd = [sys.executable, "-m", "dare_bench.cli", "reproduce", cell.name, *overrides, "--seed", str(cell.seed),
            "--scale", cell.scale, "--json", "--db", db]
+    if controls and cell.cfg is not None and cell.cfg.profile.train.kind == "rl":
+        cmd.append("--control")
     if cell.action == "resume":
         cmd.append("--resume")
     if force:
@@ -270,6 +275,7 @@ def outcome(cell: Cell, rc: int, job_error: str | None, out_path: Path, err_path
         cell.run_id = result.get("run_id")
         cell.base = (result.get("base_metrics") or {}).get(cell.metric)
         cell.final = (result.get("metrics") or {}).get(cell.metric)
+        cell.control = ((result.get("control") or {}).get("metrics") or {}).get(cell.metric)
         cell.message = result.get("message") or cell.message  # else what was decided ("resumes from step-N")
         return
     cell.status = "failed"
@@ -301,7 +307,7 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
               jobs: int = 1, threads: int = 1, db: str | None = None, force: bool = False, device: str | None = None,
               dry_run: bool = False, executor: str = "local", submitit_cluster: str = "auto",
               slurm_partition: str | None = None, slurm_time: int | None = None, slurm_gpus: int | None = None,
-              progress: bool = True, log: Callable[[str], Any] = print) -> list[Cell]:
+              controls: bool = False, progress: bool = True, log: Callable[[str], Any] = print) -> list[Cell]:
     """Plan the grid, decide each cell (skip / resume / run), run the rest `jobs` at a time; failures are recorded
     in their cells, never raised. Bad input (no match, jobs < 1, an unknown executor) raises ConfigError first."""
     from dare_bench.pipeline.plan import default_scale
@@ -339,7 +345,7 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     else:
         workers = LocalWorkers()
     _execute([c for c in todo if c.status == "pending"], workers, url=url, jobs=jobs, threads=threads,
-             overrides=overrides, device=device, force=force, progress=progress, log=log)
+             overrides=overrides, device=device, force=force, controls=controls, progress=progress, log=log)
     return cells
 
 
@@ -411,7 +417,7 @@ def _dry_run_plans(cells: list[Cell], *, overrides, device: str | None) -> None:
 
 
 def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, overrides, device: str | None,
-             force: bool, progress: bool, log: Callable[[str], Any]) -> None:
+             force: bool, controls: bool, progress: bool, log: Callable[[str], Any]) -> None:
     """Run `cells`, at most `jobs` at once; one progress bar over all of them."""
     from dare_bench.fileio import dare_bench_home
 
@@ -436,7 +442,7 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
                 stem = f"{cell.name}-{cell.scale}-seed{cell.seed}"
                 out_path, err_path = logs / f"{stem}.out", logs / f"{stem}.err"
                 cell.log = str(err_path)
-                cmd = cell_command(cell, db=url, overrides=overrides, device=device, force=force)
+                cmd = cell_command(cell, db=url, overrides=overrides, device=device, force=force, controls=controls)
                 handle = workers.start(cmd, env, out_path, err_path)
                 running[id(handle)] = (cell, handle, out_path, err_path, time.perf_counter())
                 started_groups.add(base_group(cell.cfg))
@@ -516,7 +522,10 @@ def sweep_summary(cells: list[Cell]) -> dict[str, Any]:
         if done:
             results = [ReproduceResult(run_id=c.run_id, name=c.name, scale=c.scale, status=c.status, seed=c.seed,
                                        metrics={c.metric: c.final},
-                                       base_metrics={} if c.base is None else {c.metric: c.base}) for c in done]
+                                       base_metrics={} if c.base is None else {c.metric: c.base},
+                                       control=None if c.control is None else ReproduceResult(
+                                           run_id=None, name="control", scale=c.scale, status="finished",
+                                           metrics={c.metric: c.control})) for c in done]
             entries[name] = seed_summary(results, done[0].metric)
     return {"cells": len(cells), "status": counts, "failed": counts.get("failed", 0), "entries": entries}
 
@@ -545,7 +554,8 @@ def table_lines(cells: list[Cell]) -> list[str]:
         if s["final"]["n"] > 1:
             cell = lambda st: f"{st['mean']:.3f}" + (f" ± {st['ci95']:.3f}" if st["ci95"] is not None else "")
             lines.append(f"{name}: {s['metric']} base {cell(s['base'])} -> final {cell(s['final'])} "
-                         f"({s['final']['n']} seeds, 95% CI)")
+                         f"({s['final']['n']} seeds, 95% CI)"
+                         + (f"; RL - SFT control {cell(s['vs_control'])}" if "vs_control" in s else ""))
     lines.append(", ".join(f"{n} {k}" for k, n in summary["status"].items()) + f" of {summary['cells']} cells")
     return lines
 

@@ -294,6 +294,24 @@ def test_worker_outcomes(tmp_path):
     assert crash.message == "RuntimeError: out of memory"
     assert cell_after(-9, "", "").message == "worker killed by SIGKILL"
     assert cell_after(-1, "", "", "submitit job 12 failed: TIMEOUT").message == "submitit job 12 failed: TIMEOUT"
+    controlled = cell_after(0, json.dumps({"status": "finished", "run_id": 8, "metrics": {"accuracy": 0.3},
+                                           "control": {"run_id": 9, "metrics": {"accuracy": 0.2}}}) + "\n", "")
+    assert controlled.control == 0.2
+
+
+def test_controls_reach_only_rl_cells_commands():
+    from dare_bench.pipeline.plan import resolve
+
+    rl = sweep.Cell("d1-llada-sudoku", "micro", 0, cfg=resolve("d1-llada-sudoku", "micro")[1])
+    sft = sweep.Cell("sft-llada-sudoku", "micro", 0, cfg=resolve("sft-llada-sudoku", "micro")[1])
+    assert "--control" in sweep.cell_command(rl, db="sqlite:///x.db", controls=True)
+    assert "--control" not in sweep.cell_command(sft, db="sqlite:///x.db", controls=True)
+    assert "--control" not in sweep.cell_command(rl, db="sqlite:///x.db")
+    cells = [sweep.Cell("d1-llada-sudoku", "micro", s, status="finished", final=f, base=0.1, control=c)
+             for s, f, c in ((0, 0.4, 0.3), (1, 0.5, 0.3))]
+    summary = sweep.sweep_summary(cells)["entries"]["d1-llada-sudoku"]
+    assert summary["vs_control"]["mean"] == pytest.approx(0.15)
+    assert "RL - SFT control 0.150" in "\n".join(sweep.table_lines(cells))
 
 
 def test_cells_sharing_a_base_wait_for_its_first_build():
