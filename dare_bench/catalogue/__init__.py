@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from dare_bench.catalogue.wsd import ArKnobs, CapKnobs, WsdKnobs
+from dare_bench.catalogue.wsd import ArKnobs, CapKnobs, WsdCapKnobs, WsdKnobs
 from dare_bench.errors import ConfigError
 
 Kind = Literal["none", "sft", "rl", "preference", "wsd"]
@@ -144,6 +144,7 @@ _WITHOUT_PLUGIN = (
     # authors' for their block-diffusion decoder.
     AlgorithmSpec("ar", "sft", ArKnobs, diffusion=("block",)),
     AlgorithmSpec("wsd", "wsd", WsdKnobs, diffusion=("block",)),
+    AlgorithmSpec("wsd-cap", "wsd", WsdCapKnobs, diffusion=("block",)),
     AlgorithmSpec("cap", "sft", CapKnobs, diffusion=("block",)),
 )
 

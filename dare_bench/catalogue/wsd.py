@@ -115,6 +115,14 @@ class WsdKnobs(_Strict):
         return len(self.stages) - 1
 
 
+class WsdCapKnobs(WsdKnobs):
+    """`train.algorithm` of `wsd-cap`: the WSD schedule with CAP's confidence loss added in its decay stages (the
+    converted model trained at its decoding block): the tiny stand-in of LLaDA2.0's order, conversion then CAP
+    post-training, in one run of the same length as `wsd`'s (so the two compare at equal compute)."""
+
+    confidence_beta: float = Field(2.0, gt=0)
+
+
 class ArKnobs(_Strict):
     """`train.algorithm` of `ar`: the block size the SFT trains (and saves) the model at, 1: causal attention, where
     the SFT loss is the next-token loss (trainers.sft.next_token_objective). Set on the model before training, so a
@@ -130,4 +138,4 @@ class CapKnobs(_Strict):
     confidence_beta: float = Field(2.0, gt=0)
 
 
-__all__ = ["ArKnobs", "CapKnobs", "PHASE_ORDER", "Phase", "WsdKnobs", "WsdStage"]
+__all__ = ["ArKnobs", "CapKnobs", "PHASE_ORDER", "Phase", "WsdCapKnobs", "WsdKnobs", "WsdStage"]

@@ -53,8 +53,9 @@ def train_wsd_stage(ctx: RunContext, base: Base, sink):
     from dare_bench.trainers.wsd import WsdConfig, train_wsd
 
     train, model = ctx.cfg.profile.train, base.model
-    schedule = catalogue.algorithm(ctx.cfg.algorithm).settings(train)
-    wcfg = WsdConfig(schedule=schedule, batch_size=train.batch_prompts or 32, seed=ctx.seed + 1, **_recipe(train))
+    schedule = catalogue.algorithm(ctx.cfg.algorithm).settings(train)  # WsdKnobs, or wsd-cap's WsdCapKnobs
+    wcfg = WsdConfig(schedule=schedule, batch_size=train.batch_prompts or 32, seed=ctx.seed + 1,
+                     confidence_beta=getattr(schedule, "confidence_beta", 0.0), **_recipe(train))
     examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
                             _answer_length(ctx.cfg))
     options = SFTRunOptions(sink=sink, progress=ctx.progress, compute_dtype=_compute_dtype(ctx.cfg),

@@ -10,7 +10,8 @@ Documents (prompt + answer + EOS, each at its own length) are packed (`train.pac
 tokens (first-fit decreasing; `2 x seq_len` in the BD3 layout, whose rows hold both copies) under a document-level
 attention mask: each document sees only itself, with its own positions and its own block grid
 (`diffusion.packing`), so a packed batch computes what the documents one by one compute (tests/trainers/test_wsd.py).
-After the last stage the model keeps the final block size (its config.json says so when saved).
+After the last stage the model keeps the final block size (its config.json says so when saved). With
+`confidence_beta` > 0 (`wsd-cap`) the decay stages add CAP's confidence loss (`sft.confidence_loss`).
 
 Every stage boundary calls `on_stage_end(stage_index, step)` and is a checkpoint (`SupervisedRun.checkpoint_due`),
 where the pipeline evaluates the model at that stage's block size (accuracy and tokens per forward, stored as
@@ -87,10 +88,11 @@ def wsd_batch_loss(model, examples: Sequence[SFTExample], cfg: WsdConfig, stage:
         raise ConfigError(f"WSD stage {stage} trains at block size {st.block_size}; the model is at "
                           f"{traits.block_size} (set_block_size first)")
     ids, plen, alen, lengths = collate_own_length(examples, traits.pad_token_id)
+    # CAP (wsd-cap: cfg.confidence_beta > 0) trains the converted model at its decoding block: the decay stages
+    beta = cfg.confidence_beta if st.phase == "decay" else 0.0
     return sft.sft_loss(model, ids, plen, alen, generator, cfg.eps, rows=rows,
                         head_chunk_tokens=cfg.lm_head_chunk_tokens, lengths=lengths, packing=cfg.packing,
-                        capacity=cfg.schedule.seq_len, single_copy=st.layout == "single",
-                        confidence_beta=cfg.confidence_beta)
+                        capacity=cfg.schedule.seq_len, single_copy=st.layout == "single", confidence_beta=beta)
 
 
 class _WsdRun(SupervisedRun):

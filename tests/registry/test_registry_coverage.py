@@ -144,7 +144,7 @@ def test_every_file_is_documented_and_resolves(reg):
             assert prof.train.kind == catalogue.algorithm(spec.algorithm).kind
             if scale in ("tiny", "micro"):
                 # the backbone's replica; LLaDA2.0's AR start (ar, wsd) is the same replica at block size 1
-                ar_start = spec.algorithm in ("ar", "wsd")
+                ar_start = spec.algorithm in ("ar", "wsd", "wsd-cap")
                 assert prof.model.preset == f"tiny-{spec.backbone}" + ("-ar" if ar_start else "")
                 if prof.train.kind in ("rl", "preference"):
                     assert prof.train.lr <= 2e-5  # feasibility: larger lr hurt RL

@@ -356,7 +356,7 @@ def test_wsd_micro_run_stores_every_stage_evaluation(tmp_path):
     assert final["block_size"] == 8
 
 
-@pytest.mark.parametrize("name", ["ar-llada2-sudoku", "cap-llada2-sudoku", "cap-sdar-sudoku",
+@pytest.mark.parametrize("name", ["ar-llada2-sudoku", "cap-llada2-sudoku", "cap-sdar-sudoku", "wsd-cap-llada2-sudoku",
                                   "vrpo-llada2-sudoku", "vrpo-sdar-sudoku"])
 def test_llada2_recipe_entries_run_at_micro(name, tmp_path):
     from dare_bench.pipeline import reproduce
@@ -393,3 +393,31 @@ def test_every_training_kind_has_its_stage():
     for target in TRAINERS.values():
         module, _, function = target.partition(":")
         assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_wsd_cap_runs_the_wsd_schedule_with_cap_in_its_decay_stages():
+    """wsd-cap repeats wsd's schedule (equal compute) at every scale, and its loss adds the confidence term in the
+    decay stages only."""
+    from dare_bench.registry import get
+
+    for scale in ("paper", "tiny", "micro"):
+        plain, cap = get("wsd-llada2-sudoku").knobs(scale), get("wsd-cap-llada2-sudoku").knobs(scale)
+        assert cap.stages == plain.stages and cap.seq_len == plain.seq_len and cap.confidence_beta == 2.0
+        assert (get("wsd-llada2-sudoku").scales[scale].train.steps
+                == get("wsd-cap-llada2-sudoku").scales[scale].train.steps)
+    from dare_bench.trainers.sft import train_sft
+
+    docs = _documents()
+    model = _model(4)
+    train_sft(model, docs, SFTConfig(steps=40, lr=1e-2, batch_size=5, warmup_steps=0))  # some correct predictions
+    schedule = WsdKnobs.model_validate(dict(seq_len=16, stages=[
+        {"phase": "warmup", "block_size": 4, "steps": 1}, {"phase": "stable", "block_size": 16, "steps": 1},
+        {"phase": "decay", "block_size": 4, "steps": 1}]))
+
+    def loss(stage, beta):
+        cfg = WsdConfig(schedule=schedule, steps=None, batch_size=5, packing=True, confidence_beta=beta)
+        with torch.no_grad():
+            return float(wsd_batch_loss(model, docs, cfg, stage, torch.Generator().manual_seed(4)))
+
+    assert loss(0, 2.0) == loss(0, 0.0)  # warmup: no confidence term
+    assert loss(2, 2.0) > loss(2, 0.0)  # decay: + 2 x the (positive) confidence loss
