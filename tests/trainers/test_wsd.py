@@ -327,6 +327,34 @@ def test_train_wsd_steps_through_the_stages(tmp_path):
         wsd_batch_loss(model, docs[:4], cfg, 0, torch.Generator())
 
 
+def test_an_interrupted_conversion_resumes_at_its_stage(tmp_path):
+    """Stopped inside the stable stage and resumed from its last boundary checkpoint: the same losses, boundaries
+    and weights as one uninterrupted run (the block size comes back from the step)."""
+    from dare_bench.trainers.sft import SFTRunOptions
+
+    docs = _documents() * 4
+    schedule = WsdKnobs.model_validate(dict(seq_len=16, stages=[
+        {"phase": "warmup", "block_size": 2, "steps": 2}, {"phase": "stable", "block_size": 16, "steps": 2},
+        {"phase": "decay", "block_size": 4, "steps": 2}]))
+
+    def run(ckpt, stop_after=None, resume=False, seen=None):
+        model = _model(1)
+        cfg = WsdConfig(schedule=schedule, steps=None, lr=1e-3, batch_size=4, warmup_steps=0)
+        out = train_wsd(model, docs, cfg, SFTRunOptions(checkpoint_dir=ckpt, resume=resume, stop_after=stop_after),
+                        on_stage_end=lambda i, step: seen.append(i) if seen is not None else None)
+        return model, out
+
+    whole_seen, part_seen = [], []
+    whole, ref = run(tmp_path / "a", seen=whole_seen)
+    run(tmp_path / "b", stop_after=3, seen=part_seen)  # stops after step 3: inside the stable stage
+    resumed, out = run(tmp_path / "b", resume=True, seen=part_seen)
+    assert out.resumed_from == 2 and whole_seen == [0, 1, 2] and part_seen == [0, 1, 2]
+    assert out.losses == pytest.approx(ref.losses, rel=1e-6)
+    for a, b in zip(whole.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b)
+    assert resumed.traits.block_size == 4
+
+
 # ------------------------------------------------------------------------------------------ through the pipeline
 
 FAST = ["base.start_step=2", "eval.limit=4"]
