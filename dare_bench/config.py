@@ -466,24 +466,26 @@ def profile_problem(algorithm: str, backbone: str, profile: ScaleProfile) -> str
     """What is wrong with a scale profile of `algorithm` on `backbone` beyond its knobs (a path relative to the
     scale, then why), or None: an algorithm on a diffusion kind it is not defined for (`AlgorithmSpec.diffusion`:
     CAP or WSD on an MDLM); a WSD schedule whose steps are not `train.steps` or whose final block is not the one the
-    evaluation decodes with; an AR entry not decoded one token per block. Checked at load time and after overrides
-    (the knobs themselves by `knob_problem`, first)."""
+    evaluation decodes with; an SFT at a pinned block size (ar: 1) evaluated at another. Checked at load time and
+    after overrides (the knobs themselves by `knob_problem`, first)."""
     spec = catalogue.algorithm(algorithm)
     kind = catalogue.backbone(backbone).diffusion
     if kind not in spec.diffusion:
         return (f"algorithm: {algorithm} applies to {' / '.join(spec.diffusion)} diffusion backbones only; "
                 f"{backbone} is {kind} diffusion")
     train, sampler = profile.train, profile.eval.sampler
+    knobs = spec.settings(train)
     if train.kind == "wsd":
-        knobs = spec.settings(train)
         if train.steps != knobs.total_steps:
             return (f"train.steps: {train.steps} is not the schedule's {knobs.total_steps} "
                     f"(the sum of train.algorithm.stages[*].steps)")
         if sampler.block_length != knobs.final_block_size:
             return (f"eval.sampler.block_length: {sampler.block_length} is not the block size the schedule ends at "
                     f"({knobs.final_block_size}): the final model is evaluated at the block it was trained for")
-    if algorithm == "ar" and sampler.block_length != 1:
-        return f"eval.sampler.block_length: the AR decoder commits one token per block (1), got {sampler.block_length}"
+    trained_at = getattr(knobs, "block_size", None)  # an SFT at a pinned block size (ar: 1, the AR decoder)
+    if trained_at is not None and sampler.block_length != trained_at:
+        return (f"eval.sampler.block_length: {sampler.block_length} is not the block size {spec.name} trains at "
+                f"({trained_at})")
     return None
 
 

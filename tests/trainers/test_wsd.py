@@ -449,3 +449,12 @@ def test_wsd_cap_runs_the_wsd_schedule_with_cap_in_its_decay_stages():
 
     assert loss(0, 2.0) == loss(0, 0.0)  # warmup: no confidence term
     assert loss(2, 2.0) > loss(2, 0.0)  # decay: + 2 x the (positive) confidence loss
+
+
+def test_the_ar_entry_decodes_at_the_block_it_trains_at():
+    from dare_bench.registry import get
+
+    spec = get("ar-llada2-sudoku")
+    assert all(spec.knobs(s).block_size == 1 == spec.scales[s].eval.sampler.block_length for s in spec.scales)
+    with pytest.raises(ConfigError, match="block_length: 8 is not the block size ar trains at"):
+        spec.resolve("tiny", ["eval.sampler.block_length=8", "eval.sampler.steps=8"])
