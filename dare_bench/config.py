@@ -218,11 +218,12 @@ class BaseRecipe(Strict):
 class TrainSettings(Strict):
     """Post-training settings common to every algorithm; knobs of one algorithm go in `algorithm`.
 
-    `kind` says which trainer runs: none (baseline: evaluate the start model), sft, rl, preference.
+    `kind` says which trainer runs: none (baseline: evaluate the start model), sft, rl, preference, wsd (LLaDA2.0's
+    block-level Warmup-Stable-Decay conversion; its schedule is `train.algorithm`, catalogue/wsd.py).
     Batch sizes are global (all ranks): `batch_prompts` prompts x `group_size` completions per step.
     """
 
-    kind: Literal["none", "sft", "rl", "preference"]
+    kind: Literal["none", "sft", "rl", "preference", "wsd"]
     lr: float | None = Field(None, gt=0)
     lr_schedule: Literal["constant", "constant_with_warmup", "cosine", "cosine_with_min_lr", "linear"] = "constant"
     warmup_steps: int = Field(0, ge=0)
@@ -437,7 +438,7 @@ class ReproductionSpec(Strict):
                     raise ValueError(f"scales.{scale}.model: this scale must use a tiny `preset`")
                 if prof.base is None:
                     raise ValueError(f"scales.{scale}: needs `base` (the tiny SFT recipe)")
-            problem = knob_problem(self.algorithm, prof.train)
+            problem = knob_problem(self.algorithm, prof.train) or profile_problem(self.algorithm, self.backbone, prof)
             if problem:
                 raise ValueError(f"scales.{scale}.{problem}")
             try:
@@ -510,6 +511,33 @@ def knob_problem(algorithm: str, train: TrainSettings) -> str | None:
         hint = _suggest(err["loc"][-1], knobs) if err["type"] == "extra_forbidden" else ""
         msg = err["msg"].removeprefix("Value error, ")
         return f"{where}: {msg} {listed}{hint}"
+    return None
+
+
+def profile_problem(algorithm: str, backbone: str, profile: ScaleProfile) -> str | None:
+    """What is wrong with a scale profile of `algorithm` on `backbone` beyond its knobs (a path relative to the
+    scale, then why), or None: an algorithm on a diffusion kind it is not defined for (`AlgorithmSpec.diffusion`:
+    CAP or WSD on an MDLM); a WSD schedule whose steps are not `train.steps` or whose final block is not the one the
+    evaluation decodes with; an SFT at a pinned block size (ar: 1) evaluated at another. Checked at load time and
+    after overrides (the knobs themselves by `knob_problem`, first)."""
+    spec = catalogue.algorithm(algorithm)
+    kind = catalogue.backbone(backbone).diffusion
+    if kind not in spec.diffusion:
+        return (f"algorithm: {algorithm} applies to {' / '.join(spec.diffusion)} diffusion backbones only; "
+                f"{backbone} is {kind} diffusion")
+    train, sampler = profile.train, profile.eval.sampler
+    knobs = spec.settings(train)
+    if train.kind == "wsd":
+        if train.steps != knobs.total_steps:
+            return (f"train.steps: {train.steps} is not the schedule's {knobs.total_steps} "
+                    f"(the sum of train.algorithm.stages[*].steps)")
+        if sampler.block_length != knobs.final_block_size:
+            return (f"eval.sampler.block_length: {sampler.block_length} is not the block size the schedule ends at "
+                    f"({knobs.final_block_size}): the final model is evaluated at the block it was trained for")
+    trained_at = getattr(knobs, "block_size", None)  # an SFT at a pinned block size (ar: 1, the AR decoder)
+    if trained_at is not None and sampler.block_length != trained_at:
+        return (f"eval.sampler.block_length: {sampler.block_length} is not the block size {spec.name} trains at "
+                f"({trained_at})")
     return None
 
 
@@ -640,7 +668,7 @@ class RunConfig(Strict):
             profile = ScaleProfile.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(f"overrides {list(overrides)} give an invalid config: {_first_error(exc)}") from None
-        problem = knob_problem(self.algorithm, profile.train)
+        problem = knob_problem(self.algorithm, profile.train) or profile_problem(self.algorithm, self.backbone, profile)
         if problem:
             raise ConfigError(f"overrides {list(overrides)} give an invalid config: {problem}")
         from dare_bench.tasks import get_task

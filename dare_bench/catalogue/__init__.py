@@ -36,9 +36,10 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from dare_bench.catalogue.wsd import ArKnobs, CapKnobs, WsdCapKnobs, WsdKnobs
 from dare_bench.errors import ConfigError
 
-Kind = Literal["none", "sft", "rl", "preference"]
+Kind = Literal["none", "sft", "rl", "preference", "wsd"]
 Attention = Literal["bidirectional", "block_causal"]
 
 # the torch-free Config + ALGORITHM of each RL plug-in, one module each, named after the plug-in
@@ -59,6 +60,9 @@ class AlgorithmSpec:
     kind: Kind
     knobs: type[BaseModel]
     plugin: str | None = None
+    # which diffusion kinds (BackboneSpec.diffusion) the algorithm applies to; a reproduction on another backbone
+    # is refused at load time (config.profile_problem). RL plug-ins declare theirs as `attention_kinds`.
+    diffusion: tuple[str, ...] = ("masked", "block")
 
     @property
     def takes_shared_settings(self) -> bool:
@@ -134,6 +138,14 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("sft", "sft", NoKnobs),
     AlgorithmSpec("lora", "sft", NoKnobs),
     AlgorithmSpec("vrpo", "preference", VrpoKnobs),
+    # LLaDA2.0's own recipe (catalogue/wsd.py): the autoregressive start (next-token SFT of a block-size-1 replica,
+    # decoded one token per forward), the block-level WSD conversion (its own trainer kind) and CAP (SFT + the
+    # confidence loss). Block diffusion only: an MDLM has no block size to grow or shrink, and CAP's loss is the
+    # authors' for their block-diffusion decoder.
+    AlgorithmSpec("ar", "sft", ArKnobs, diffusion=("block",)),
+    AlgorithmSpec("wsd", "wsd", WsdKnobs, diffusion=("block",)),
+    AlgorithmSpec("wsd-cap", "wsd", WsdCapKnobs, diffusion=("block",)),
+    AlgorithmSpec("cap", "sft", CapKnobs, diffusion=("block",)),
 )
 
 

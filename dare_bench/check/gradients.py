@@ -13,14 +13,17 @@ with a KL term to a second micro model where the plug-in takes one). Recorded: t
 torch.Generator: no D x 64 matrix is materialised), and a fingerprint of the rollout batch (a failure with a changed
 fingerprint means the sampler, the model or the task moved, not necessarily the loss).
 
-The catalogue's trained algorithms without a plug-in (SUPERVISED) on both backbones, through the per-batch loss
-their trainer steps with: sft (`sft.sft_batch_loss`: the masked-diffusion SFT loss; on SDAR the BD3 `[noisy; clean]`
-layout) on the gold reversals as the pipeline builds them (`sft_examples`, EOS-padded to 8), 16 rows; lora the same
-on the micro model wrapped by `trainers.lora.apply_lora` (r 8, alpha 16), the adapters' gradient only; vrpo
-(`preference.preference_batch_loss`: DPO on the ELBO, 2 MC samples, antithetic masks, beta 0.2) on 8 fixed pairs
-(chosen the reversal, rejected the digits copied) against a second micro model as the reference. Noise and masks
-from a fixed generator; the fingerprint is of the collated batch. `tests/check/test_gradient_snapshots.py`
-enumerates the catalogue, so an algorithm that trains without a snapshot fails there.
+The catalogue's trained algorithms without a plug-in (SUPERVISED) on both backbones (ar, cap, wsd, wsd-cap: on SDAR
+only, block diffusion being all they apply to), through the per-batch loss their trainer steps with: sft
+(`sft.sft_batch_loss`: the masked-diffusion SFT loss; on SDAR the BD3 `[noisy; clean]` layout) on the gold reversals
+as the pipeline builds them (`sft_examples`, EOS-padded to 8), 16 rows; lora the same on the micro model wrapped by
+`trainers.lora.apply_lora` (r 8, alpha 16), the adapters' gradient only; vrpo (`preference.preference_batch_loss`:
+DPO on the ELBO, 2 MC samples, antithetic masks, beta 0.2) on 8 fixed pairs (chosen the reversal, rejected the
+digits copied) against a second micro model as the reference. Noise and masks from a fixed generator; the
+fingerprint is of the collated batch. ar: sft's loss at block size 1 (the next-token loss); cap: sft's + 2.0 x the
+confidence loss; wsd: the WSD trainer's step loss at its warmup stage (block 2), the documents packed two to a row;
+wsd-cap: the decay stage (block 4) with the confidence loss. `tests/check/test_gradient_snapshots.py` enumerates the
+catalogue, so an algorithm that trains without a snapshot fails there.
 
     dare-bench check                          # compares every snapshot (with the score checks); --no-gradients skips
     dare-bench check --record-gradients       # (re-)records dare_bench/reproductions/baselines/gradients.json
@@ -55,10 +58,18 @@ MC_SAMPLES = 2  # for plug-ins whose default is more (BGPO / EBPO: 16): same cod
 # The catalogue's trained algorithms without an RL plug-in, each snapshotted on every backbone above (their losses
 # take the attention kind from the backbone's traits): sft and lora (kind sft) through `sft.sft_batch_loss`, vrpo
 # (kind preference) through `preference.preference_batch_loss`, the per-batch losses their trainers step with.
-SUPERVISED = ("sft", "lora", "vrpo")
+SUPERVISED = ("sft", "lora", "vrpo", "ar", "cap", "wsd", "wsd-cap")
 SFT_COPIES, PAIR_COPIES = GROUP, 2  # each prompt 4x in the SFT batch (16 rows), 2x in VRPO's (8 pairs, 16 rows)
 LORA = dict(r=8, alpha=16, dropout=0.0)  # the tiny / micro adapters (reproductions/_defaults/algorithms/lora.yaml)
 VRPO = dict(beta=0.2, mc_samples=2)  # dpo_beta's default, the micro MC budget (_defaults/kinds/preference.yaml)
+# LLaDA2.0's recipe (block diffusion only, so on SDAR alone): ar = the SFT loss at block size 1 (the next-token loss);
+# cap = the SFT loss + confidence_beta 2.0 (its default) x the confidence loss; wsd = one step of the WSD trainer's
+# loss at the warmup stage (block 2, BD3 layout), the 12-token documents packed two to a row of seq_len 24; wsd-cap
+# the same schedule's decay stage (block 4), where it adds confidence_beta 2.0 x the confidence loss
+CAP = dict(confidence_beta=2.0)
+WSD = dict(seq_len=24, stages=[{"phase": "warmup", "block_size": 2, "steps": 1},
+                               {"phase": "stable", "block_size": 24, "steps": 1, "layout": "single"},
+                               {"phase": "decay", "block_size": 4, "steps": 1}])
 DIMS = 64
 CHUNK = 1 << 16  # gradient entries per projection block: at most DIMS x CHUNK random numbers at a time
 
@@ -164,11 +175,15 @@ def micro_model(backbone: str, seed: int, **overrides):
 def entries() -> list[tuple[str, str]]:
     """(algorithm, backbone) of every snapshot: every RL plug-in on one backbone per attention kind it declares,
     then sft, lora and vrpo on one backbone per attention kind."""
+    from dare_bench import catalogue
     from dare_bench.trainers.algorithms.base import get_algorithm, list_algorithms
+
+    def applies(name: str, backbone: str) -> bool:  # ar / cap / wsd: block diffusion only (AlgorithmSpec.diffusion)
+        return catalogue.backbone(backbone).diffusion in catalogue.algorithm(name).diffusion
 
     return ([(name, BACKBONES[kind]) for name in list_algorithms()
              for kind in get_algorithm(name).attention_kinds if kind in BACKBONES]
-            + [(name, backbone) for name in SUPERVISED for backbone in BACKBONES.values()])
+            + [(name, backbone) for name in SUPERVISED for backbone in BACKBONES.values() if applies(name, backbone)])
 
 
 def _plugin(name: str, traits):
@@ -324,8 +339,25 @@ def _supervised_snapshot(algorithm: str, backbone: str, *, dtype=None, micro_bat
             cfg = preference.PreferenceConfig(batch_pairs=len(pairs), **VRPO)
             config = dict(VRPO, antithetic=cfg.antithetic)
             units, fingerprint = len(pairs), _digest(preference.interleave_pairs(pairs, EOS))
+        elif algorithm in ("wsd", "wsd-cap"):
+            from dare_bench.catalogue.wsd import WsdKnobs
+            from dare_bench.trainers.wsd import WsdConfig, set_block_size
+
+            stage, extra = (0, {}) if algorithm == "wsd" else (2, CAP)
+            cfg = WsdConfig(schedule=WsdKnobs.model_validate(WSD), steps=None, batch_size=len(examples),
+                            packing=True, **extra)
+            set_block_size(policy, cfg.schedule.stages[stage].block_size)
+            config = dict(WSD, stage=stage, eps=cfg.eps, packing=True, **extra)
+            units, fingerprint = len(examples), _digest(sft.collate_own_length(examples, PAD))
         else:
-            cfg = sft.SFTConfig(batch_size=len(examples))
+            if algorithm == "ar":
+                from dare_bench.trainers.wsd import set_block_size
+
+                set_block_size(policy, 1)
+                config = dict(config, block_size=1)
+            if algorithm == "cap":
+                config = dict(config, **CAP)
+            cfg = sft.SFTConfig(batch_size=len(examples), **(CAP if algorithm == "cap" else {}))
             config = dict(config, eps=cfg.eps)
             units, fingerprint = len(examples), _digest(sft.collate(examples, EOS))
         policy.zero_grad(set_to_none=True)
@@ -335,6 +367,10 @@ def _supervised_snapshot(algorithm: str, backbone: str, *, dtype=None, micro_bat
             noise = torch.Generator().manual_seed(PREPARE_SEED)  # every share draws the whole batch's noise
             if algorithm == "vrpo":
                 value, _ = preference.preference_batch_loss(policy, reference, pairs, cfg, noise, pairs=sl)
+            elif algorithm in ("wsd", "wsd-cap"):
+                from dare_bench.trainers.wsd import wsd_batch_loss
+
+                value = wsd_batch_loss(policy, examples, cfg, config["stage"], noise, rows=sl)
             else:
                 value = sft.sft_batch_loss(policy, examples, cfg, noise, rows=sl)
             (value / len(slices)).backward()

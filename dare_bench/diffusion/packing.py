@@ -82,14 +82,15 @@ class PackedLayout:
 
 
 def pack_layout(input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor,
-                pattern: torch.Tensor | None, pad_id: int = 0) -> PackedLayout:
+                pattern: torch.Tensor | None, pad_id: int = 0, capacity: int | None = None) -> PackedLayout:
     """Pack the `valid` tokens (bool `[N, L]`) of each row; `pattern` bool `[N or 1, 1, L, L]` (None: every token
     sees every valid token of its row) restricted to each sequence's valid tokens gives its diagonal block.
-    Slack at the end of a packed row is one more segment whose tokens see only themselves (no empty softmax)."""
+    Slack at the end of a packed row is one more segment whose tokens see only themselves (no empty softmax).
+    `capacity`: tokens a packed row may hold (default: the longest sequence)."""
     n, length = input_ids.shape
     device = input_ids.device
     lengths = valid.sum(dim=1).tolist()
-    bins = first_fit_decreasing(lengths, max(lengths) if lengths else 0)
+    bins = first_fit_decreasing(lengths, capacity if capacity is not None else (max(lengths) if lengths else 0))
     width = max((sum(lengths[r] for r in b) for b in bins), default=0)
     p = len(bins)
     ids = torch.full((p, width), pad_id, dtype=input_ids.dtype, device=device)
@@ -133,12 +134,13 @@ def _pattern(traits, attn_mask: torch.Tensor | None, n: int, length: int, device
 
 def packed_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    position_ids: torch.Tensor | None = None, *, attn_mask: torch.Tensor | None = None,
-                   return_hidden: bool = False, traits=None):
+                   return_hidden: bool = False, traits=None, capacity: int | None = None):
     """The padded call `model(input_ids, attention_mask, position_ids, attn_mask=..., return_hidden=...)`, computed
     packed (module doc). `attention_mask`: `[N, L]` 0/1 padding mask (hides keys, as every family reads it);
     `position_ids` default to 0..L-1 (every family's default without a cache); `attn_mask`: a bool pattern.
-    `traits`: the backbone's (default `model.traits`). When no two sequences fit in one row (capacity: the longest
-    sequence) the padded call is made as is: packing would compute the same rows."""
+    `traits`: the backbone's (default `model.traits`). `capacity`: tokens per packed row (default: the longest
+    sequence; WSD packs its documents into rows of `seq_len`, twice that in the BD3 layout). When no two sequences
+    fit in one row the padded call is made as is: packing would compute the same rows."""
     traits = traits if traits is not None else model.traits
     if input_ids.dim() != 2:
         raise DareBenchError(f"packing: input_ids must be [N, L], got {tuple(input_ids.shape)}")
@@ -157,11 +159,12 @@ def packed_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         position_ids = torch.arange(length, device=device)
     position_ids = position_ids.to(device).expand(n, length)
     lengths = valid.sum(dim=1).tolist()
-    if all(len(b) == 1 for b in first_fit_decreasing(lengths, max(lengths))):
+    capacity = max(lengths) if capacity is None else int(capacity)
+    if all(len(b) == 1 for b in first_fit_decreasing(lengths, capacity)):
         # no two sequences share a row: packing would only re-lay the same rows; the padded call is the same call
         return model(input_ids, attention_mask=attention_mask, position_ids=position_ids, attn_mask=attn_mask,
                      **({"return_hidden": True} if return_hidden else {}))
-    layout = pack_layout(input_ids, valid, position_ids, pattern, pad_id=int(traits.pad_token_id))
+    layout = pack_layout(input_ids, valid, position_ids, pattern, pad_id=int(traits.pad_token_id), capacity=capacity)
     out = model(layout.input_ids, position_ids=layout.position_ids, attn_mask=layout.attn_mask,
                 **({"return_hidden": True} if return_hidden else {}))
     if return_hidden:
@@ -178,11 +181,13 @@ def packed_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
 class PackedModel:
     """`model` (a backbone, its PEFT / FSDP wrapper, or the LoRA reference callable) whose calls run packed
     (`packed_forward`). Everything else (parameters, traits, train/eval, ...) is the wrapped model's.
-    Calls it cannot pack (a KV cache, official 4-D `attention_mask` forms) raise one DareBenchError."""
+    Calls it cannot pack (a KV cache, official 4-D `attention_mask` forms) raise one DareBenchError. `capacity`:
+    tokens per packed row (`packed_forward`)."""
 
-    def __init__(self, model, traits):
+    def __init__(self, model, traits, capacity: int | None = None):
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "traits", traits)
+        object.__setattr__(self, "capacity", capacity)
 
     def __call__(self, input_ids, attention_mask=None, position_ids=None, *, attn_mask=None, return_hidden=False,
                  **other):
@@ -190,7 +195,7 @@ class PackedModel:
             raise DareBenchError(f"packing: cannot pack a forward with {sorted(other)} (train.packing covers "
                                  "training forwards: padding mask, positions, a bool attn_mask)")
         return packed_forward(self.model, input_ids, attention_mask, position_ids, attn_mask=attn_mask,
-                              return_hidden=return_hidden, traits=self.traits)
+                              return_hidden=return_hidden, traits=self.traits, capacity=self.capacity)
 
     def __getattr__(self, name):
         return getattr(object.__getattribute__(self, "model"), name)

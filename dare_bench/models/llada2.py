@@ -56,7 +56,7 @@ from dare_bench.models.families import FamilySpec, register_family
 from dare_bench.models.layers import RMSNorm, SwiGLU, apply_rotary, attention, rotary_cos_sin
 from dare_bench.models.lm_head import HiddenStates, OutputHead, linear_head
 from dare_bench.models.moe import RoutedExperts
-from dare_bench.models.presets import register_preset
+from dare_bench.models.presets import PRESETS, register_preset
 
 DEFAULT_BLOCK_SIZE = 32
 # 4-D `attention_mask` forms the official forward takes (passed to SDPA unchanged): bool, or additive 0 / -inf float
@@ -399,3 +399,8 @@ register_preset("tiny-llada2", {
     "using_split_qkv_in_self_attention": False,
     "vocab_size": 4096,
 })
+
+# The autoregressive starting point of LLaDA2.0's WSD conversion at tiny scale: the same replica at block size 1,
+# where the block-causal pattern is causal attention (an AR model; no other model code). Its base SFT is the
+# next-token loss (trainers.sft.next_token_objective), its decoder one token per forward (eval block_length 1).
+register_preset("tiny-llada2-ar", {**PRESETS["tiny-llada2"], "block_size": 1})

@@ -1,7 +1,9 @@
 """Stage 4, training: post-train the base with the reproduction's trainer, chosen by `train.kind`.
 
 rl -> `trainers.loop.train_rl` with the algorithm plug-in; sft -> `trainers.sft.train_sft`; preference ->
-`trainers.preference.train_preference` (VRPO on pairs from the base's own samples); none -> the base as it is. Every
+`trainers.preference.train_preference` (VRPO on pairs from the base's own samples); wsd -> `trainers.wsd.train_wsd`
+(LLaDA2.0's block-level WSD conversion, evaluated at every stage boundary: pipeline/wsd.py); none -> the base as
+it is. Each kind's stage is one entry of `TRAINERS` (kind -> "module:function"), so `train` names none. Every
 trainer takes the whole optimizer recipe of `train.*` (lr, adam_betas, weight_decay, lr_schedule + warmup_steps,
 max_grad_norm, steps or epochs, lora), checkpoints under the run dir every `train.checkpoint_every` steps and at
 the end, and continues from them with `--resume`; `train.eval_every` evaluates mid-training (rl). Step metrics go
@@ -28,20 +30,31 @@ from dare_bench.pipeline.examples import preference_pairs, sft_examples
 from dare_bench.pipeline.plan import _answer_length, _plugin_name
 from dare_bench.pipeline.summary import ReproduceResult
 
+# The stage of each `train.kind` (catalogue.Kind; a test keeps the two equal), imported when its kind runs.
+TRAINERS = {
+    "rl": "dare_bench.pipeline.train:train_rl_stage",
+    "sft": "dare_bench.pipeline.train:train_sft_stage",
+    "preference": "dare_bench.pipeline.train:train_vrpo_stage",
+    "wsd": "dare_bench.pipeline.wsd:train_wsd_stage",
+}
+
 
 def train(ctx: RunContext, base: Base):
     """(trained model, its final step) with the trainer of `train.kind`; the base itself for "none". The training
     compute every trainer spends is counted the same way (trainers/compute.py) into `ctx.result.compute`."""
+    import importlib
+
     import torch
 
     from dare_bench.trainers.compute import ComputeMeter
 
     kind = ctx.cfg.profile.train.kind
-    sink = _metrics_sink(ctx.store, ctx.run_id, ctx.result)
-    torch.manual_seed(ctx.seed)
     if kind == "none":
         return base.model, 0  # evaluate the base as it is
-    stage = {"rl": train_rl_stage, "sft": train_sft_stage, "preference": train_vrpo_stage}[kind]
+    sink = _metrics_sink(ctx.store, ctx.run_id, ctx.result)
+    torch.manual_seed(ctx.seed)
+    module, _, function = TRAINERS[kind].partition(":")
+    stage = getattr(importlib.import_module(module), function)
     with ComputeMeter(base.model) as meter:
         model, steps = stage(ctx, base, sink, meter)
     ctx.result.compute = _all_ranks(meter.summary())
@@ -111,7 +124,16 @@ def train_sft_stage(ctx: RunContext, base: Base, sink, meter):
     train, model = ctx.cfg.profile.train, base.model
     if train.lora is not None:
         model = apply_lora(model, train.lora)
-    cfg = SFTConfig(batch_size=train.batch_prompts or 32, seed=ctx.seed + 1, **_recipe(train))
+    from dare_bench import catalogue
+
+    knobs = catalogue.algorithm(ctx.cfg.algorithm).settings(train)
+    # CAP (the `cap` algorithm): SFT + confidence_beta x the confidence loss; every other SFT algorithm: none
+    beta = getattr(knobs, "confidence_beta", 0.0)
+    if getattr(knobs, "block_size", None) is not None:  # `ar`: trains (and saves the model) at this block size
+        from dare_bench.trainers.wsd import set_block_size
+
+        set_block_size(model, knobs.block_size)
+    cfg = SFTConfig(batch_size=train.batch_prompts or 32, seed=ctx.seed + 1, confidence_beta=beta, **_recipe(train))
     examples = sft_examples(base.task, base.tokenizer, base.train_data, base.template, ctx.cfg.grader,
                             _answer_length(ctx.cfg))
     budget = train.compute_budget_flops
@@ -225,4 +247,4 @@ def save_final_model(model, tokenizer, directory: Path) -> None:
     barrier(info)  # the directory exists for every rank afterwards
 
 
-__all__ = ["save_final_model", "train", "train_rl_stage", "train_sft_stage", "train_vrpo_stage"]
+__all__ = ["TRAINERS", "save_final_model", "train", "train_rl_stage", "train_sft_stage", "train_vrpo_stage"]

@@ -113,9 +113,17 @@ class SFTConfig:
     lm_head_chunk_tokens: int | None = None  # None: materialised logits; N: the chunked LM head (train.* field)
     # train.packing: each example at its own length (`collate_own_length`), the forward packed (diffusion/packing.py)
     packing: bool = False
+    # CAP (the `cap` algorithm): lambda of L_SFT + lambda * L_conf (`confidence_loss`); 0 = plain SFT
+    confidence_beta: float = 0.0
 
     def __post_init__(self):
         _check_recipe(self, self.batch_size, "SFT")
+        if self.confidence_beta < 0:
+            raise ConfigError(f"SFT confidence_beta must be >= 0, got {self.confidence_beta}")
+        if self.confidence_beta > 0 and self.lm_head_chunk_tokens is not None:
+            raise ConfigError("CAP's confidence loss needs each masked token's whole distribution (its argmax and "
+                              "entropy); the chunked LM head (train.lm_head_chunk_tokens) scores the target only: "
+                              "set train.lm_head_chunk_tokens=null")
 
 
 def _check_recipe(cfg, batch: int, what: str) -> None:
@@ -184,11 +192,16 @@ def _answer_positions(input_ids: torch.Tensor, prompt_lengths: torch.Tensor,
 
 
 def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_id: int, generator: torch.Generator,
-                   eps: float = 1e-3, force_one: bool = True, lengths: torch.Tensor | None = None):
+                   eps: float = 1e-3, force_one: bool = True, lengths: torch.Tensor | None = None,
+                   mask_all: bool = False):
     """One t per example; answer tokens masked with p = (1-eps)t + eps; prompt never (nor, with `lengths`, the
-    padding after each example). Returns (noisy, masked, p)."""
+    padding after each example). `mask_all`: every answer token masked, p = 1, nothing drawn (block size 1, where
+    that is the next-token loss itself: `next_token_objective`). Returns (noisy, masked, p)."""
     b, l = input_ids.shape
     answer = _answer_positions(input_ids, prompt_lengths, lengths)
+    if mask_all:
+        return (torch.where(answer, torch.full_like(input_ids, mask_id), input_ids), answer,
+                torch.ones(b, dtype=torch.float32))
     t = torch.rand(b, generator=generator)
     p = (1 - eps) * t + eps
     masked = (torch.rand(b, l, generator=generator) < p[:, None]) & answer
@@ -203,20 +216,45 @@ def draw_sft_noise(input_ids: torch.Tensor, prompt_lengths: torch.Tensor, mask_i
     return noisy, masked, p
 
 
+def next_token_objective(traits) -> bool:
+    """Block size 1: in the BD3 `[x_t ; x_0]` layout a masked token then sees itself (the mask) and the clean copy of
+    the tokens before it, so its cross-entropy is the AR next-token loss, whatever else is masked; the 1/p-weighted
+    random masking is an unbiased but noisy estimate of their sum. There every answer token is masked (p = 1): the
+    next-token loss exactly (the AR replica `tiny-llada2-ar`, a WSD stage at block size 1)."""
+    return bool(traits.is_block_diffusion and traits.block_size == 1)
+
+
+def confidence_loss(logits: torch.Tensor, targets: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """CAP's L_conf (LLaDA2.0; dFactory `compute_confidence_loss`): the mean, over the scored positions whose argmax
+    is the target, of the entropy -sum_v p_v log p_v of softmax(logits); 0 when no scored position is correct.
+    logits `[..., V]`, targets and scored (bool) `[...]`."""
+    correct = scored & (logits.argmax(dim=-1) == targets)
+    if not bool(correct.any()):
+        return logits.sum() * 0.0  # keeps the graph (every rank calls backward on the same structure)
+    logp = F.log_softmax(logits[correct].float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1).mean()
+
+
 def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answer_lengths: torch.Tensor,
              generator: torch.Generator, eps: float = 1e-3, *, rows: slice | None = None,
              head_chunk_tokens: int | None = None, lengths: torch.Tensor | None = None,
-             packing: bool = False) -> torch.Tensor:
+             packing: bool = False, confidence_beta: float = 0.0, capacity: int | None = None,
+             single_copy: bool = False) -> torch.Tensor:
     """Completion-only diffusion SFT loss for any backbone (the pattern comes from the traits), averaged over `rows`
     of the batch (default all). The noise is drawn for every row first, so a row's masks do not depend on which
     rows this process computes (data parallelism: 1 process == N processes). `head_chunk_tokens`: only the masked
     tokens' hidden states go through the LM head, that many at a time (`models.lm_head`), no `[B, L, V]` logits.
     `lengths` (`collate_own_length`): each row is real up to its length; the padding after it is hidden from every
-    token and never masked or scored. `packing`: the forward runs packed (`diffusion.packing`), same numbers."""
+    token and never masked or scored. `packing`: the forward runs packed (`diffusion.packing`), same numbers;
+    `capacity`: tokens per packed row (default the longest row; WSD: its `seq_len` rows).
+    `confidence_beta` > 0: CAP, + beta x `confidence_loss` over the masked tokens of these rows.
+    `single_copy` (block diffusion, WSD's full-sequence stage): the noisy copy alone under the model's own pattern
+    instead of the BD3 layout; equal to it when the block covers every row (tests/trainers/test_wsd.py).
+    At block size 1 every answer token is masked (`next_token_objective`)."""
     traits = model.traits if hasattr(model, "traits") else model.get_base_model().traits
     device = next(model.parameters()).device
     noisy, masked, p = draw_sft_noise(input_ids, prompt_lengths, traits.mask_token_id, generator, eps,
-                                      lengths=lengths)
+                                      lengths=lengths, mask_all=next_token_objective(traits))
     if rows is not None:
         noisy, masked, p, input_ids, answer_lengths = (x[rows] for x in (noisy, masked, p, input_ids, answer_lengths))
         lengths = None if lengths is None else lengths[rows]
@@ -227,12 +265,16 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
     if packing:
         from dare_bench.diffusion.packing import PackedModel
 
-        model = PackedModel(model, traits)
+        # the BD3 layout holds two copies of each row: a row of `capacity` tokens packs into 2 x capacity
+        bd3 = traits.is_block_diffusion and not single_copy
+        model = PackedModel(model, traits, capacity=None if capacity is None else capacity * (2 if bd3 else 1))
     if head_chunk_tokens is not None:
-        ce = -_masked_logprobs(model, traits, noisy, clean, masked, head_chunk_tokens, attn)
+        if confidence_beta > 0:
+            raise ConfigError("CAP's confidence loss needs the materialised logits (lm_head_chunk_tokens unset)")
+        ce = -_masked_logprobs(model, traits, noisy, clean, masked, head_chunk_tokens, attn, single_copy)
         per_example = (ce / p[:, None]).sum(dim=1) / answer_lengths.to(device).clamp(min=1)
         return per_example.mean()
-    if traits.is_block_diffusion:
+    if traits.is_block_diffusion and not single_copy:
         from dare_bench.models.block import training_forward
 
         logits = training_forward(model, noisy, clean, attention_mask=attn)
@@ -241,6 +283,8 @@ def sft_loss(model, input_ids: torch.Tensor, prompt_lengths: torch.Tensor, answe
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), clean.reshape(-1), reduction="none")
     ce = ce.view(clean.shape) * masked / p[:, None]
     per_example = ce.sum(dim=1) / answer_lengths.to(device).clamp(min=1)
+    if confidence_beta > 0:
+        return per_example.mean() + confidence_beta * confidence_loss(logits, clean, masked)
     return per_example.mean()
 
 
@@ -257,15 +301,16 @@ def sft_batch_loss(model, examples: Sequence[SFTExample], cfg: SFTConfig, genera
     else:
         ids, plen, alen = collate(examples, traits.eos_token_id)
     return sft_loss(model, ids, plen, alen, generator, cfg.eps, rows=rows, head_chunk_tokens=cfg.lm_head_chunk_tokens,
-                    lengths=lengths, packing=cfg.packing)
+                    lengths=lengths, packing=cfg.packing, confidence_beta=cfg.confidence_beta)
 
 
-def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int, attn=None) -> torch.Tensor:
+def _masked_logprobs(model, traits, noisy, clean, masked, chunk: int, attn=None,
+                     single_copy: bool = False) -> torch.Tensor:
     """log p(clean | noisy) `[B, L]` at the masked positions (0 elsewhere) through the chunked LM head: the same
-    forward as the materialised path (BD3 layout for block diffusion, Dream's shift)."""
+    forward as the materialised path (BD3 layout for block diffusion unless `single_copy`, Dream's shift)."""
     from dare_bench.models.lm_head import chunked_token_logprobs
 
-    if traits.is_block_diffusion:
+    if traits.is_block_diffusion and not single_copy:
         from dare_bench.models.block import training_forward
 
         out = training_forward(model, noisy, clean, attention_mask=attn, return_hidden=True)
@@ -436,6 +481,10 @@ class SupervisedRun:
         barrier(self.dist)
         self.last_ckpt = checkpoint_path(self.ckpt_root, self.step)
 
+    def checkpoint_due(self) -> bool:
+        """A checkpoint after this step besides the periodic ones (WSD: every stage boundary); none by default."""
+        return False
+
     def run_steps(self, items) -> None:
         """resume → steps (each: optimizer step, record, periodic checkpoint) → final checkpoint; `stop_after`
         returns early without one, as an interruption would."""
@@ -450,7 +499,8 @@ class SupervisedRun:
                     bar.update(1)
                 if self.opts.after_step is not None and self.opts.after_step(self.step):
                     break  # the caller's stopping rule (the tiny base's validation target) chose this step
-                if every is not None and self.step % every == 0 and self.step < self.total:
+                if self.step < self.total and (every is not None and self.step % every == 0
+                                               or self.checkpoint_due()):
                     self.checkpoint()
         if self.ckpt_root is not None and self.done_here > 0:
             self.checkpoint()

@@ -28,7 +28,8 @@ def one_thread():
 
 def _scale_loss(monkeypatch, algorithm: str, factor: float) -> None:
     """The algorithm's loss times `factor`: its gradient and its reported value. sft / lora: the masked-diffusion
-    loss `sft.sft_loss` (which `sft_batch_loss` calls); vrpo: `preference.vrpo_loss`; RL: the plug-in's backward."""
+    loss `sft.sft_loss` (which `sft_batch_loss` calls; ar / cap / wsd too); vrpo: `preference.vrpo_loss`; RL: the
+    plug-in's backward."""
     if algorithm in gr.SUPERVISED:
         from dare_bench.trainers import preference, sft
 
@@ -62,14 +63,17 @@ def test_every_trained_algorithm_of_the_catalogue_has_a_committed_snapshot():
     attention kind (an RL plug-in: every kind it declares) fails here, so a new one cannot join unseen."""
     assert sorted(COMMITTED["entries"]) == sorted(IDS)
     trained = [spec for spec in catalogue.algorithms().values() if spec.kind != "none"]
-    assert {spec.kind for spec in trained} == {"sft", "rl", "preference"}
+    assert {spec.kind for spec in trained} == {"sft", "rl", "preference", "wsd"}
     for spec in trained:
         name = spec.plugin or spec.name  # RL entries are keyed by the plug-in (coupled_grpo), the others by name
-        kinds = get_algorithm(name).attention_kinds if spec.kind == "rl" else tuple(gr.BACKBONES)
+        # the others on every attention kind of the diffusion kinds they apply to (ar, cap, wsd: block only)
+        kinds = get_algorithm(name).attention_kinds if spec.kind == "rl" else tuple(
+            k for k, b in gr.BACKBONES.items() if catalogue.backbone(b).diffusion in spec.diffusion)
         expected = {gr.key(name, gr.BACKBONES[kind]) for kind in kinds}
         assert expected and expected <= set(COMMITTED["entries"]), (spec.name, expected - set(COMMITTED["entries"]))
     assert {a for a, _ in ENTRIES} == {spec.plugin or spec.name for spec in trained}  # and nothing else
-    assert len(ENTRIES) == 21  # 15 RL plug-in x backbone + {sft, lora, vrpo} x {llada, sdar}
+    # 15 RL plug-in x backbone + {sft, lora, vrpo} x {llada, sdar} + {ar, cap, wsd, wsd-cap} x sdar
+    assert len(ENTRIES) == 25
     for snap in COMMITTED["entries"].values():
         assert snap["grad_norm"] > 0 and len(snap["projection"]) == gr.DIMS
 

@@ -143,7 +143,9 @@ def test_every_file_is_documented_and_resolves(reg):
         for scale, prof in spec.scales.items():
             assert prof.train.kind == catalogue.algorithm(spec.algorithm).kind
             if scale in ("tiny", "micro"):
-                assert prof.model.preset == f"tiny-{spec.backbone}"
+                # the backbone's replica; LLaDA2.0's AR start (ar, wsd) is the same replica at block size 1
+                ar_start = spec.algorithm in ("ar", "wsd", "wsd-cap")
+                assert prof.model.preset == f"tiny-{spec.backbone}" + ("-ar" if ar_start else "")
                 if prof.train.kind in ("rl", "preference"):
                     assert prof.train.lr <= 2e-5  # feasibility: larger lr hurt RL
         micro = spec.scales.get("micro")
