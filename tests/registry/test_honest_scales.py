@@ -139,9 +139,8 @@ def test_task_scales_are_declared_consistently():
 
 
 def test_calibrated_base_recipes_show_their_scan():
-    """A backbone x task base recipe states the command that scanned it and the start step it chose."""
-    import yaml
-
+    """A backbone x task base recipe states the command that scanned it and what it chose: the start step (fixed
+    rule), or the validation target and the step the rule took on the calibrating machine (target rule)."""
     from dare_bench.registry.loader import default_directory
 
     files = sorted((default_directory() / "_defaults" / "backbone-tasks").glob("*.yaml"))
@@ -151,5 +150,13 @@ def test_calibrated_base_recipes_show_their_scan():
         assert backbone in catalogue.backbone_names() and get_task(task).offers_scale("tiny"), path.name
         text = path.read_text()
         assert f"dare-bench calibrate sft-{backbone}-{task}" in text, f"{path.name}: no scan command"
-        start = yaml.safe_load(text)["scales"]["tiny"]["base"]["start_step"]
-        assert f"{start}" in text.split("scales:")[0], f"{path.name}: the scan does not show step {start}"
+        from dare_bench.pipeline.plan import resolve
+
+        base = resolve(f"sft-{backbone}-{task}", "tiny")[1].profile.base.model_dump()  # with every layer under it
+        header = text.split("scales:")[0]
+        if base.get("target"):
+            assert f"value {base['target']['value']:g}" in header, f"{path.name}: the scan does not show the target"
+            assert "rule's step" in header, f"{path.name}: the scan does not show the step the rule took"
+        else:
+            start = base["start_step"]
+            assert f"{start}" in header, f"{path.name}: the scan does not show step {start}"
