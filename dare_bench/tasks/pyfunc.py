@@ -1,4 +1,4 @@
-"""pyfunc (dare-bench's own, CPU scale): write a one-line Python function from a docstring of examples.
+"""pyfunc (dare-bench's own, CPU scale): write a one-line Python function from its docstring (a spec and examples).
 
 A procedural code task for tiny replicas, graded like MBPP: the completion is run with hidden ``assert`` tests
 through ``dare_bench.sandbox`` (via the MBPP graders, imported, not copied), so code rewards at tiny scale take the
@@ -6,18 +6,21 @@ same sandboxed path as DARE's code RL. No official recipe exists (no ``paper`` s
 
 Problems: a function ``f`` (name drawn from f / g / h) of one argument — ``x`` an int, ``a`` a list of ints or ``s``
 a string — composed of ``difficulty`` operations (1..3), e.g. ``x*3+1``, ``sum(a[1:])``, ``len(a[::-1]*2)``,
-``s.count('a')+2``. The spec is the docstring: two input/output examples with different outputs. Hidden tests: four
-asserts on other inputs. Gold: ``def f(x):return <expr>``.
+``s.count('a')+2``. The docstring, as a real one does, says what the function does — the operations' words in the
+order they apply (``Op.words``: "times 3, plus 1", "after the first, sum", "count of 'a', plus 2") — then gives two
+input/output examples with different outputs. Hidden tests: four asserts on other inputs. Gold:
+``def f(x):return <expr>``.
 
 Splits never share a problem. By default (``unseen_functions=True``) they never share a *function*: a function's
 behaviour (its outputs on fixed probe inputs) is hashed into 4 buckets; bucket 0 is ``test``, the rest ``train``,
 whatever the seed — so two spellings of one function (``x+2-1``, ``x+1``) land in the same split, and so does one code
 text (the argument's name differs by input type). Within a split a function may repeat (with other examples / name):
-at difficulty 1 there are 84 non-trivial functions, 21 of them in ``test``. Writing a function never seen in
-training from two examples is program induction, out of a tiny replica's reach (0 of 256 at every SFT step scanned);
-``unseen_functions=False`` splits by *problem* instead — the hash of (behaviour, example and hidden-test inputs) —
-so the test asks for known functions on new inputs: the model must tell from two new examples which function it is,
-and write it.
+at difficulty 1 there are 84 non-trivial functions, 21 of them in ``test``. A test function is an unseen combination
+of operations and constants that training does show, so the task is compositional translation of the spec into
+code (the examples fix the argument's type); from two examples alone (the docstring before the spec was added),
+writing an unseen function is program induction, out of a tiny replica's reach (0 of 256 at every SFT step
+scanned). ``unseen_functions=False`` splits by *problem* instead — the hash of (behaviour, example and hidden-test
+inputs) — so the test asks for known functions on new inputs.
 
 Graders: ``dare`` (DARE's MBPP harness: code extraction, its import preamble, asserts appended, 1 s per assert) and
 ``strict`` (the named function must be defined; asserts only). Reward = pass/fail as in DARE's code reward: 1.0 iff
@@ -26,7 +29,7 @@ every hidden assert passes, else 0.0 (no partial credit; ``score`` = ``reward``)
 Tiny format (lengths checked in tests/tasks/test_pyfunc.py)::
 
     task = get_task("pyfunc"); ds = task.generate(4, seed=0)            # difficulty=1 (default), 2 or 3
-    task.format_prompt(ds[0])      # "g('cabd')==1; g('cdbcb')==2\\n"   (<= 80 / 120 / 160 characters)
+    task.format_prompt(ds[0])      # "count of 'c': g('cabd')==1; g('cdbcb')==2\\n"   (<= 96 / 136 / 176 characters)
     task.format_answer(ds[0])      # "def g(s):return s.count('c')"   (<= 32 / 48 / 64 characters)
 
 (limits at difficulty 1 / 2 / 3; answers are one line, no trailing newline; the chat prompt for real checkpoints
@@ -77,44 +80,47 @@ class Op:
     needs: int
     prec: int
     fn: Callable[[Any], Any]
+    words: str  # the docstring's name for it ("times 3", "count of 'c'")
 
 
 def _ops() -> list[Op]:
     ops: list[Op] = []
     for k in range(1, 10):
-        ops.append(Op(f"{{e}}+{k}", "int", "int", 1, 1, lambda v, k=k: v + k))
-        ops.append(Op(f"{{e}}-{k}", "int", "int", 1, 1, lambda v, k=k: v - k))
+        ops.append(Op(f"{{e}}+{k}", "int", "int", 1, 1, lambda v, k=k: v + k, f"plus {k}"))
+        ops.append(Op(f"{{e}}-{k}", "int", "int", 1, 1, lambda v, k=k: v - k, f"minus {k}"))
     for k in range(2, 10):
-        ops.append(Op(f"{{e}}*{k}", "int", "int", 2, 2, lambda v, k=k: v * k))
-        ops.append(Op(f"{{e}}%{k}", "int", "int", 2, 2, lambda v, k=k: v % k))
+        ops.append(Op(f"{{e}}*{k}", "int", "int", 2, 2, lambda v, k=k: v * k, f"times {k}"))
+        ops.append(Op(f"{{e}}%{k}", "int", "int", 2, 2, lambda v, k=k: v % k, f"mod {k}"))
     for k in range(2, 6):
-        ops.append(Op(f"{{e}}//{k}", "int", "int", 2, 2, lambda v, k=k: v // k))
+        ops.append(Op(f"{{e}}//{k}", "int", "int", 2, 2, lambda v, k=k: v // k, f"div {k}"))
     ops += [
-        Op("{e}[::-1]", "list", "list", 3, 3, lambda v: v[::-1]),
-        Op("sorted({e})", "list", "list", 0, 3, sorted),
-        Op("{e}[1:]", "list", "list", 3, 3, lambda v: v[1:]),
-        Op("{e}*2", "list", "list", 2, 2, lambda v: v * 2),
-        Op("sum({e})", "list", "int", 0, 3, sum),
-        Op("max({e})", "list", "int", 0, 3, max),
-        Op("min({e})", "list", "int", 0, 3, min),
-        Op("len({e})", "list", "int", 0, 3, len),
+        Op("{e}[::-1]", "list", "list", 3, 3, lambda v: v[::-1], "reversed"),
+        Op("sorted({e})", "list", "list", 0, 3, sorted, "sorted"),
+        Op("{e}[1:]", "list", "list", 3, 3, lambda v: v[1:], "after the first"),
+        Op("{e}*2", "list", "list", 2, 2, lambda v: v * 2, "twice"),
+        Op("sum({e})", "list", "int", 0, 3, sum, "sum"),
+        Op("max({e})", "list", "int", 0, 3, max, "max"),
+        Op("min({e})", "list", "int", 0, 3, min, "min"),
+        Op("len({e})", "list", "int", 0, 3, len, "length"),
     ]
     for k in range(1, 10):
-        ops.append(Op(f"[v+{k} for v in {{e}}]", "list", "list", 0, 3, lambda v, k=k: [a + k for a in v]))
+        ops.append(Op(f"[v+{k} for v in {{e}}]", "list", "list", 0, 3, lambda v, k=k: [a + k for a in v],
+                      f"each plus {k}"))
     for k in range(2, 10):
-        ops.append(Op(f"[v*{k} for v in {{e}}]", "list", "list", 0, 3, lambda v, k=k: [a * k for a in v]))
+        ops.append(Op(f"[v*{k} for v in {{e}}]", "list", "list", 0, 3, lambda v, k=k: [a * k for a in v],
+                      f"each times {k}"))
     ops += [
-        Op("{e}[::-1]", "str", "str", 3, 3, lambda v: v[::-1]),
-        Op("{e}*2", "str", "str", 2, 2, lambda v: v * 2),
-        Op("{e}[1:]", "str", "str", 3, 3, lambda v: v[1:]),
-        Op("{e}[:-1]", "str", "str", 3, 3, lambda v: v[:-1]),
-        Op("{e}[::2]", "str", "str", 3, 3, lambda v: v[::2]),
-        Op("len({e})", "str", "int", 0, 3, len),
+        Op("{e}[::-1]", "str", "str", 3, 3, lambda v: v[::-1], "reversed"),
+        Op("{e}*2", "str", "str", 2, 2, lambda v: v * 2, "twice"),
+        Op("{e}[1:]", "str", "str", 3, 3, lambda v: v[1:], "after the first"),
+        Op("{e}[:-1]", "str", "str", 3, 3, lambda v: v[:-1], "before the last"),
+        Op("{e}[::2]", "str", "str", 3, 3, lambda v: v[::2], "every other"),
+        Op("len({e})", "str", "int", 0, 3, len, "length"),
     ]
     for c in LETTERS:
-        ops.append(Op(f"{{e}}+'{c}'", "str", "str", 1, 1, lambda v, c=c: v + c))
-        ops.append(Op(f"'{c}'+{{e}}", "str", "str", 2, 1, lambda v, c=c: c + v))
-        ops.append(Op(f"{{e}}.count('{c}')", "str", "int", 3, 3, lambda v, c=c: v.count(c)))
+        ops.append(Op(f"{{e}}+'{c}'", "str", "str", 1, 1, lambda v, c=c: v + c, f"append '{c}'"))
+        ops.append(Op(f"'{c}'+{{e}}", "str", "str", 2, 1, lambda v, c=c: c + v, f"prepend '{c}'"))
+        ops.append(Op(f"{{e}}.count('{c}')", "str", "int", 3, 3, lambda v, c=c: v.count(c), f"count of '{c}'"))
     return ops
 
 
@@ -177,6 +183,11 @@ class Function:
         """Constant on the probes, or the identity."""
         outs = [self(p) for p in _PROBES[self.family]]
         return len({json.dumps(o) for o in outs}) == 1 or outs == _PROBES[self.family]
+
+
+def spec(fn: Function) -> str:
+    """The docstring's verbal spec: the operations' words in the order they apply ("times 3, plus 1")."""
+    return ", ".join(op.words for op in fn.ops)
 
 
 def compose(family: str, ops: list[Op]) -> Function:
@@ -242,7 +253,7 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
             continue
         name = rng.choice(NAMES)
         calls = [(f"{name}({literal(x)})", literal(fn(x))) for x in inputs]
-        doc = "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES])
+        doc = spec(fn) + ": " + "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES])
         out.append({"name": name, "arg": VARS[fn.family], "docstring": doc,
                     "tests": [f"assert {c}=={r}" for c, r in calls[N_EXAMPLES:]],
                     "solution": f"def {name}({VARS[fn.family]}):return {fn.expr}", "expr": fn.expr, "family": fn.family,

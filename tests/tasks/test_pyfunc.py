@@ -1,4 +1,5 @@
-"""pyfunc: seeded generator, function-disjoint splits, difficulty knob, tiny format, sandboxed grading."""
+"""pyfunc: seeded generator, function-disjoint splits, the docstring's spec, difficulty knob, tiny format,
+sandboxed grading."""
 
 import json
 import time
@@ -8,7 +9,7 @@ import pytest
 from dare_bench.errors import ConfigError
 from dare_bench.tasks import get_task, list_tasks
 from dare_bench.tasks.graders import dare, strict
-from dare_bench.tasks.pyfunc import DIFFICULTIES, OPS, compose, generate_pyfunc
+from dare_bench.tasks.pyfunc import DIFFICULTIES, OPS, compose, generate_pyfunc, spec
 from dare_bench.tasks.tokenizer import build_task_tokenizer
 
 TASK = get_task("pyfunc")
@@ -62,6 +63,29 @@ def test_shared_functions_split_by_problem_and_never_share_one():
         TASK.with_options({"unseen_functions": "no"})
 
 
+def test_the_docstring_states_the_operations_in_the_order_they_apply():
+    by = {(op.src, op.template): op for op in OPS}
+    fn = compose("int", [by["int", "{e}*3"], by["int", "{e}+1"]])
+    assert (fn.expr, spec(fn)) == ("x*3+1", "times 3, plus 1")
+    fn = compose("list", [by["list", "{e}[1:]"], by["list", "sum({e})"]])
+    assert (fn.expr, spec(fn)) == ("sum(a[1:])", "after the first, sum")
+    fn = compose("str", [by["str", "{e}.count('c')"], by["int", "{e}+2"]])
+    assert (fn.expr, spec(fn)) == ("s.count('c')+2", "count of 'c', plus 2")
+    # the words name one operation per input type, so the spec and the argument's type fix the function
+    assert len({(op.src, op.words) for op in OPS}) == len(OPS)
+    for p in generate_pyfunc(200, seed=3, split="train", difficulty=2):
+        fn = compose(p["family"], [OPS[i] for i in p["ops"]])
+        assert p["docstring"].startswith(spec(fn) + ": " + p["name"] + "(")
+
+
+def test_test_functions_are_unseen_combinations_of_operations_training_shows():
+    """At difficulty 2 every operation of a test function is in the training split, in other combinations."""
+    train = generate_pyfunc(4000, seed=0, split="train", difficulty=2)
+    test = generate_pyfunc(256, seed=0, split="test", difficulty=2)
+    assert {i for p in test for i in p["ops"]} <= {i for p in train for i in p["ops"]}
+    assert {p["expr"] for p in test}.isdisjoint({p["expr"] for p in train})
+
+
 def test_equivalent_spellings_land_in_the_same_split():
     plus = {op.template: op for op in OPS if op.src == "int"}
     f1 = compose("int", [plus["{e}+2"], plus["{e}-1"]])
@@ -81,7 +105,7 @@ def test_difficulty_is_the_number_of_composed_operations_and_out_of_range_is_ref
 def test_tiny_format_lengths_and_the_tokenizer_round_trips():
     tok = build_task_tokenizer("pyfunc")
     assert len(tok) < 80
-    limits = {1: (80, 32), 2: (120, 48), 3: (160, 64)}  # (prompt, answer) characters, documented in pyfunc.py
+    limits = {1: (96, 32), 2: (136, 48), 3: (176, 64)}  # (prompt, answer) characters, documented in pyfunc.py
     for d, (max_prompt, max_answer) in limits.items():
         for split in ("train", "test"):
             for item in TASK.generate(300, seed=2, split=split, difficulty=d):
