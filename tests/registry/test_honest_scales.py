@@ -57,13 +57,21 @@ def test_a_released_checkpoint_names_its_shrunk_cpu_path(registry):
 
 
 def test_procedural_tasks_are_tiny_and_micro_only(registry):
-    for task in ("arith", "pyfunc"):
+    for task, scales in (("arith", {"tiny", "micro"}), ("pyfunc", {"micro"})):  # pyfunc: no tiny base yet
         specs = [s for s in registry if s.task == task]
         assert specs
         for spec in specs:
-            assert set(spec.scales) == {"tiny", "micro"}, spec.name
+            assert set(spec.scales) == scales, spec.name
             with pytest.raises(ConfigError, match=f"{task} has no paper scale"):
                 spec.resolve("paper")
+
+
+def test_an_uncalibrated_tiny_scale_says_why(registry):
+    with pytest.raises(ConfigError) as err:
+        registry.get("d1-llada-pyfunc").resolve("tiny")
+    assert str(err.value).startswith("pyfunc has no tiny scale yet (no tiny base reaches its target")
+    with pytest.raises(ConfigError, match=r"dare-bench reproduce d1-llada-pyfunc \(at micro scale for now\)"):
+        registry.get("d1-llada-humaneval").resolve("tiny")
 
 
 def test_the_exact_message_of_the_issue(registry):
@@ -118,7 +126,7 @@ def test_the_tiny_grid_is_complete(registry):
                 name = f"{algorithm}-{backbone}-{task}"
                 if name not in registry.names():
                     missing.append(name)
-                elif "tiny" not in registry.get(name).scales:
+                elif "tiny" not in registry.get(name).scales and task != "pyfunc":  # pyfunc: no tiny base yet
                     missing.append(f"{name} (no tiny scale)")
     assert not missing, missing
 
@@ -134,7 +142,10 @@ def test_task_scales_are_declared_consistently():
     for name in ("gsm8k", "math500", "humaneval", "mbpp"):
         task = get_task(name)
         assert task.scales == ("paper",) and task.cpu_stand_in is not None
-        assert get_task(task.cpu_stand_in[0]).scales == ("tiny", "micro")
+        stand_in = get_task(task.cpu_stand_in[0])
+        # pyfunc offers micro until a tiny base is calibrated, and says why for tiny
+        assert stand_in.scales == ("tiny", "micro") or (stand_in.scales == ("micro",) and "tiny" in
+                                                          stand_in.scale_reasons)
     assert get_task("sudoku").scales == ("paper", "tiny", "micro")
 
 
