@@ -105,4 +105,7 @@ def test_app_renders_on_the_big_database(monkeypatch, big_db):
     at = AppTest.from_file(str(APP), default_timeout=120).run()
     print(f"[scale] first full page render (AppTest): {time.perf_counter() - t0:.1f} s")
     assert not at.exception, at.exception
-    assert "coupled-grpo" in at.tabs[0].markdown[0].value
+    winners = next(t for t in at.tabs if t.label == "Winners")
+    assert "coupled-grpo" in winners.markdown[0].value
+    overview = next(t for t in at.tabs if t.label == "Overview").dataframe[0].value
+    assert len(overview) and set(overview["winner"]) <= set(winners.dataframe[0].value.index)
