@@ -1,5 +1,6 @@
 """The chunked LM head (models/lm_head.py) equals materialised logits: values and gradients (hidden states, weight,
-bias) in float32 to 1e-6 relative, for every family's head convention (LLaDA bias / logit scale / tied embeddings,
+bias) in float32 to 1e-6 relative (gradients 4e-6), for every family's head convention (LLaDA bias / logit scale /
+tied embeddings,
 Dream's shifted rows and tied head, SDAR / LLaDA2 float32 logits and tied heads), chunk sizes that do not divide N,
 bf16 inputs and autocast; and `forward(..., return_hidden=True)` gives back exactly the default forward's logits."""
 
@@ -53,7 +54,9 @@ def test_values_and_gradients_equal_the_materialised_head_fp32(chunk, bias, scal
     assert got.dtype == torch.float32
     assert rel_err(got, ref) <= 1e-6
     for a, b in zip(got_g, ref_g):
-        assert a.dtype == b.dtype and rel_err(a, b) <= 1e-6
+        # the weight gradient sums over chunks in another order than the materialised matmul: 1.05e-6 on an AMD
+        # EPYC (chunk 1), so gradients get 4e-6 (a wrong scale, bias or shift is off by > 1e-2)
+        assert a.dtype == b.dtype and rel_err(a, b) <= 4e-6
 
 
 def test_entropy_equals_the_materialised_entropy_and_carries_no_gradient():

@@ -91,7 +91,10 @@ def _assert_same(a, b, tol):
             # an expert with no token gets no gradient in either mode (so no optimizer step moves it)
             assert (ga is None) == (gb is None), name
             if ga is not None:
-                torch.testing.assert_close(gb, ga, atol=tol, rtol=tol, msg=name)
+                # a weight gradient sums over tokens, so its rounding scales with the largest entry, not with each
+                # entry (measured on an AMD EPYC: 4e-6 on entries of ~10 under the mm kernel, 2 fp32 ulps of 17)
+                scale = max(1.0, float(ga.abs().max()))
+                torch.testing.assert_close(gb, ga, atol=tol * scale, rtol=tol, msg=name)
 
 
 def _unused_experts(idx, n):
