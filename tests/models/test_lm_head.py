@@ -1,8 +1,8 @@
 """The chunked LM head (models/lm_head.py) equals materialised logits: values and gradients (hidden states, weight,
 bias) in float32 to 1e-6 relative (gradients 4e-6), for every family's head convention (LLaDA bias / logit scale /
-tied embeddings,
-Dream's shifted rows and tied head, SDAR / LLaDA2 float32 logits and tied heads), chunk sizes that do not divide N,
-bf16 inputs and autocast; and `forward(..., return_hidden=True)` gives back exactly the default forward's logits."""
+tied embeddings, Dream's shifted rows and tied head, SDAR / LLaDA2 float32 logits and tied heads), chunk sizes
+that do not divide N, bf16 inputs and autocast; and `forward(..., return_hidden=True)` gives back exactly the
+default forward's logits."""
 
 import pytest
 import torch
