@@ -1,0 +1,171 @@
+"""`dare-bench bench tinyrl`: the RL stage of a tiny reproduction, as pinned vs with each candidate speed setting.
+
+Issue #16 item 4 asks for a tiny RL stage fast enough for a grid. A profile of `d1-llada-sudoku` at tiny scale
+(py-spy, one thread) put 83 % of the RL stage in the rollout's forwards (`Linear.forward` alone 61 %: the vanilla
+sampler recomputes the whole canvas, prompt included, at every denoising step) and 17 % in the update. The
+candidates measured here, each a setting a reproduction config already has (so a run that uses one records it):
+
+- `pinned`: the tiny profile as it is (float32, the vanilla sampler);
+- `bf16`: `model.dtype=bfloat16`: fp32 master weights, bf16 autocast for rollouts and log-prob forwards
+  (trainers/precision.py; AVX512-bf16 or AMX on x86 CPUs);
+- `dual`: Fast-dLLM's dual cache for MDLM rollouts (`train.rollout.extra.use_cache=dual`,
+  `train.rollout.block_length=--block`): the prompt and the other blocks' keys / values are reused within a block.
+  It is Fast-dLLM's approximation: other tokens than the vanilla sampler, as DARE's own rollouts accept;
+- `fast`: `bf16` and `dual` together.
+Block-diffusion backbones (SDAR, LLaDA2) already decode their tiny rollouts with the exact block KV cache, so only
+`pinned` and `bf16` apply to them.
+
+Protocol, all in one process, `--threads` torch threads (default 1, the tiny default): the entry's tiny profile, its
+plug-in settings unchanged; the policy is the tiny preset initialised from `base.seed` and SFT-trained for
+`--base-steps` steps (0: the initialisation; the samplers measured here run a fixed number of steps whatever the
+weights, so the timing does not depend on them); `--steps` timed RL steps after one warm-up step, each on the
+profile's batch (`batch_prompts` x `group_size`); no evaluation or checkpoints. Reported: the median seconds of
+rollout, prepare, update and the whole step per path, and pinned / path ratios. Whether a faster path keeps a
+learning check's result is not measured here: that needs the check's seeds run on it.
+
+    dare-bench bench tinyrl                                   # d1-llada-sudoku, every path, 3 timed steps
+    dare-bench bench tinyrl bgpo-sdar-sudoku --steps 2 --json
+    dare-bench bench tinyrl d1-llada-arith --block 8 --base-steps 100
+
+Output: a table; `--json` prints `{"rows": [...], "ratios": [...], "settings": {...}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+import typer
+
+PATHS = ("pinned", "bf16", "dual", "fast")
+TIMES = ("time_rollout_s", "time_prepare_s", "time_update_s", "time_step_s")
+
+
+def path_train(train, path: str, *, block: int):
+    """(TrainSettings, compute dtype) of one path (module doc)."""
+    rollout = train.rollout
+    if path in ("dual", "fast"):
+        length = rollout.block_length or block
+        if rollout.gen_length % length:
+            raise typer.BadParameter(f"--block {length} does not divide the rollout's gen_length {rollout.gen_length}")
+        blocks = rollout.gen_length // length
+        steps = max(blocks, rollout.steps - rollout.steps % blocks)  # a whole number of steps per block
+        rollout = rollout.model_copy(update={"block_length": length, "steps": steps,
+                                             "extra": {**rollout.extra, "use_cache": "dual"}})
+    train = train.model_copy(update={"rollout": rollout, "checkpoint_every": None, "eval_every": None})
+    return train, ("bfloat16" if path in ("bf16", "fast") else None)
+
+
+def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, base_steps: int = 0,
+            paths: tuple[str, ...] = PATHS) -> dict[str, Any]:
+    import torch
+
+    from dare_bench.catalogue import backbone as backbone_spec
+    from dare_bench.errors import ConfigError
+    from dare_bench.pipeline.base_cache import base_sft_setup
+    from dare_bench.pipeline.plan import _plugin_name, _train_items_needed
+    from dare_bench.registry import load_registry
+    from dare_bench.tasks.mixtures import load_mixture
+    from dare_bench.tasks.tokenizer import build_task_tokenizer
+    from dare_bench.trainers.loop import RLRunOptions, train_rl
+    from dare_bench.trainers.sft import SFTRunOptions, train_sft
+
+    cfg = load_registry().get(entry).resolve(scale)
+    train = cfg.profile.train
+    if train.kind != "rl":
+        raise ConfigError(f"{entry}: train.kind is {train.kind!r}; `bench tinyrl` times an RL stage")
+    if cfg.profile.model.preset is None:
+        raise ConfigError(f"{entry} at {scale} has no tiny preset; `bench tinyrl` runs tiny / micro profiles")
+    block_causal = backbone_spec(cfg.backbone).attention == "block_causal"
+    if block_causal:  # their tiny rollouts already use the exact block cache
+        paths = tuple(p for p in paths if p in ("pinned", "bf16"))
+    task = cfg.run_task()
+    tokenizer = build_task_tokenizer(cfg.task)
+    items = list(load_mixture(task, train.data, _train_items_needed(cfg)))  # the run's own training items
+    base_model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, items, steps=max(base_steps, 1))
+    if base_steps:
+        train_sft(base_model, examples, sft_cfg, SFTRunOptions(progress=False))
+    state = {k: v.clone() for k, v in base_model.state_dict().items()}
+    rows = []
+    for path in paths:
+        settings, dtype = path_train(train, path, block=block)
+        settings = settings.model_copy(update={"steps": steps + 1})
+        base_model.load_state_dict(state)
+        policy = _fresh_copy(base_model)
+        out = train_rl(policy, tokenizer, task, _plugin_name(cfg.algorithm), settings,
+                       RLRunOptions(seed=0, progress=False, items=items, prompt_template="plain",
+                                    grader=cfg.grader, compute_dtype=dtype))
+        timed = out.history[1:]  # step 1 warms up (allocator, kernels, the prompt cache)
+        row = {"entry": entry, "path": path, "dtype": dtype or "float32",
+               "use_cache": settings.rollout.extra.get("use_cache") or ("exact" if block_causal else "none"),
+               "block_length": settings.rollout.block_length, "rollout_steps": settings.rollout.steps,
+               "rows_per_step": train.batch_prompts * train.group_size, "threads": torch.get_num_threads(),
+               "reward_mean": statistics.mean(h["reward_mean"] for h in timed)}
+        row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})
+        rows.append(row)
+        del policy, out
+    pinned = next(r for r in rows if r["path"] == "pinned") if "pinned" in paths else None
+    ratios = [] if pinned is None else [
+        {"path": r["path"], **{k.replace("time_", "").replace("_s", ""): pinned[k] / r[k] for k in TIMES}}
+        for r in rows if r["path"] != "pinned"]
+    settings_out = {"entry": entry, "scale": scale, "timed_steps": steps, "block": block, "base_steps": base_steps,
+                    "threads": torch.get_num_threads()}
+    return {"rows": rows, "ratios": ratios, "settings": settings_out}
+
+
+def _fresh_copy(model):
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def _table(out: dict[str, Any]) -> str:
+    s = out["settings"]
+    lines = [f"the RL stage of {s['entry']} at {s['scale']} scale: median of {s['timed_steps']} timed steps after one "
+             f"warm-up, {s['threads']} thread(s), policy = the preset after {s['base_steps']} SFT steps",
+             f"{'path':7} {'dtype':9} {'cache':6} {'block':>5} {'steps':>5} {'rows':>4} {'rollout s':>9} "
+             f"{'prepare s':>9} {'update s':>9} {'step s':>8}"]
+    for r in out["rows"]:
+        lines.append(f"{r['path']:7} {r['dtype']:9} {r['use_cache']:6} {str(r['block_length'] or '-'):>5} "
+                     f"{r['rollout_steps']:5d} {r['rows_per_step']:4d} {r['time_rollout_s']:9.2f} "
+                     f"{r['time_prepare_s']:9.2f} {r['time_update_s']:9.2f} {r['time_step_s']:8.2f}")
+    if out["ratios"]:
+        lines.append("speed-up, pinned / path seconds:")
+        for r in out["ratios"]:
+            lines.append(f"  {r['path']:7} rollout {r['rollout']:5.2f}x  prepare {r['prepare']:5.2f}x  update "
+                         f"{r['update']:5.2f}x  step {r['step']:5.2f}x")
+    return "\n".join(lines)
+
+
+def register(group: typer.Typer) -> None:
+    @group.command("tinyrl")
+    def tinyrl(
+        entry: str = typer.Argument("d1-llada-sudoku", help="an RL reproduction with a tiny (or micro) profile"),
+        scale: str = typer.Option("tiny", "--scale", help="tiny | micro"),
+        steps: int = typer.Option(3, "--steps", min=1, help="timed RL steps per path (after one warm-up step)"),
+        block: int = typer.Option(8, "--block", min=1, help="rollout block length of the dual-cache paths when the "
+                                                            "profile has none"),
+        base_steps: int = typer.Option(0, "--base-steps", min=0, help="SFT steps before the RL stage (0: the "
+                                                                      "initialised preset)"),
+        paths: str = typer.Option(",".join(PATHS), "--paths", help=f"comma-separated: {', '.join(PATHS)}"),
+        threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    ):
+        """The RL stage of a tiny reproduction as pinned vs bf16 / Fast-dLLM dual-cache rollouts (ratios)."""
+        import torch
+
+        from dare_bench.errors import ConfigError
+
+        chosen = tuple(p.strip() for p in paths.split(",") if p.strip())
+        unknown = [p for p in chosen if p not in PATHS]
+        if unknown or not chosen:
+            raise ConfigError(f"--paths: unknown {unknown or 'empty'}; choose from {', '.join(PATHS)}")
+        if scale not in ("tiny", "micro"):
+            raise ConfigError(f"--scale {scale!r}: `bench tinyrl` runs tiny or micro profiles")
+        torch.set_num_threads(threads)
+        out = measure(entry, scale=scale, steps=steps, block=block, base_steps=base_steps, paths=chosen)
+        typer.echo(json.dumps(out, indent=2) if as_json else _table(out))
+
+
+__all__ = ["PATHS", "measure", "path_train", "register"]

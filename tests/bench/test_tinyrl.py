@@ -1,0 +1,70 @@
+"""`dare-bench bench tinyrl` (bench/tinyrl.py): each path runs the rollouts it names (cache, block, autocast), the
+plug-in's settings stay, and the ratios are the pinned path's seconds over each path's, from the same run."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import dare_bench.diffusion.sampling as sampling
+from dare_bench.bench.tinyrl import measure, path_train
+from dare_bench.cli import app
+from dare_bench.registry import load_registry
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_path_settings():
+    train = load_registry().get("d1-llada-sudoku").resolve("tiny").profile.train
+    pinned, dtype = path_train(train, "pinned", block=8)
+    assert dtype is None and pinned.rollout == train.rollout and pinned.algorithm == train.algorithm
+    assert pinned.eval_every is None and pinned.checkpoint_every is None
+    dual, dtype = path_train(train, "dual", block=8)
+    assert dtype is None and dual.rollout.extra["use_cache"] == "dual" and dual.rollout.block_length == 8
+    assert dual.rollout.steps % (dual.rollout.gen_length // 8) == 0 and dual.rollout.gen_length == 24
+    assert path_train(train, "bf16", block=8)[1] == "bfloat16"
+    fast, dtype = path_train(train, "fast", block=8)
+    assert dtype == "bfloat16" and fast.rollout == dual.rollout
+    with pytest.raises(Exception, match="does not divide"):
+        path_train(train, "dual", block=7)
+
+
+def test_each_path_decodes_as_named_and_ratios_come_from_the_rows(monkeypatch):
+    seen = []
+    original = sampling.generate
+
+    def spy(model, prompt_ids, attention_mask=None, **kw):
+        seen.append((kw.get("use_cache") or "none", kw.get("block_length"), torch.is_autocast_cpu_enabled()))
+        return original(model, prompt_ids, attention_mask, **kw)
+
+    monkeypatch.setattr(sampling, "generate", spy)
+    out = measure("d1-llada-sudoku", scale="micro", steps=1, paths=("pinned", "fast"))
+    assert [r["path"] for r in out["rows"]] == ["pinned", "fast"]
+    assert len(seen) == 4  # warm-up + one timed step per path
+    assert set(seen[:2]) == {("none", None, False)} and set(seen[2:]) == {("dual", 8, True)}
+    pinned, fast = out["rows"]
+    assert (pinned["dtype"], fast["dtype"], fast["use_cache"], fast["block_length"]) == (
+        "float32", "bfloat16", "dual", 8)
+    (ratio,) = out["ratios"]
+    assert ratio["path"] == "fast" and ratio["step"] == pytest.approx(pinned["time_step_s"] / fast["time_step_s"])
+    assert ratio["rollout"] == pytest.approx(pinned["time_rollout_s"] / fast["time_rollout_s"])
+
+
+def test_block_diffusion_gets_no_mdlm_cache_path_and_bad_paths_are_one_error():
+    out = measure("bgpo-sdar-sudoku", scale="micro", steps=1, paths=("pinned", "dual"))
+    assert [(r["path"], r["use_cache"]) for r in out["rows"]] == [("pinned", "exact")]
+    for args, says in ((["--paths", "pinned,turbo"], "turbo"), (["sft-llada-sudoku"], "RL stage")):
+        res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "bench", "tinyrl", "--scale", "micro", *args],
+                             capture_output=True, text=True)
+        assert res.returncode != 0 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_json_mode(tmp_path):
+    res = CliRunner().invoke(app, ["bench", "tinyrl", "--scale", "micro", "--steps", "1", "--paths", "pinned,bf16",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [r["path"] for r in out["rows"]] == ["pinned", "bf16"] and out["settings"]["threads"] == 1
