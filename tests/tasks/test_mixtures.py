@@ -105,3 +105,29 @@ def test_filter_overlong_on_the_plain_tiny_prompt():
     n = len(tok(task.format_prompt(items[0], "plain"), add_special_tokens=False)["input_ids"])
     assert filter_overlong(task, items, tok, "plain", n) == (list(items), 0)
     assert filter_overlong(task, items, tok, "plain", n - 1) == ([], 5)
+
+
+def test_check_rows_parses_a_file_once_per_content_and_rereads_a_changed_one(tmp_path, monkeypatch):
+    """Plan-time row checks remember a file content (sha256) that parsed cleanly; new content is parsed again and
+    its error still raised."""
+    import pandas as pd
+
+    from dare_bench.tasks import mixtures
+    from dare_bench.tasks.mixtures import check_rows
+
+    monkeypatch.setattr(mixtures, "_ROWS_READ_CLEANLY", set())
+    task = get_task("gsm8k")
+    path = tmp_path / "mine.parquet"
+    pd.read_parquet(GSM8K_TRAIN).head(5).to_parquet(path)
+    loads = []
+    original = type(task).load
+    monkeypatch.setattr(type(task), "load", lambda self, *a, **k: loads.append(1) or original(self, *a, **k))
+    check_rows(task, [resolve_entry(task, str(path))])
+    check_rows(task, [resolve_entry(task, str(path))])
+    assert len(loads) == 1
+    pd.DataFrame({"wrong": ["columns"]}).to_parquet(path)
+    with pytest.raises(DataError):
+        check_rows(task, [resolve_entry(task, str(path))])
+    with pytest.raises(DataError):  # a failure is never remembered
+        check_rows(task, [resolve_entry(task, str(path))])
+    assert len(loads) == 3
