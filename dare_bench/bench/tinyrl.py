@@ -32,6 +32,7 @@ Output: a table; `--json` prints `{"rows": [...], "ratios": [...], "settings": {
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 from typing import Any
@@ -44,11 +45,13 @@ TIMES = ("time_rollout_s", "time_prepare_s", "time_update_s", "time_step_s")
 
 def path_train(train, path: str, *, block: int):
     """(TrainSettings, compute dtype) of one path (module doc)."""
+    from dare_bench.errors import ConfigError
+
     rollout = train.rollout
     if path in ("dual", "fast"):
         length = rollout.block_length or block
         if rollout.gen_length % length:
-            raise typer.BadParameter(f"--block {length} does not divide the rollout's gen_length {rollout.gen_length}")
+            raise ConfigError(f"--block {length} does not divide the rollout's gen_length {rollout.gen_length}")
         blocks = rollout.gen_length // length
         steps = max(blocks, rollout.steps - rollout.steps % blocks)  # a whole number of steps per block
         rollout = rollout.model_copy(update={"block_length": length, "steps": steps,
@@ -83,16 +86,14 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
     task = cfg.run_task()
     tokenizer = build_task_tokenizer(cfg.task)
     items = list(load_mixture(task, train.data, _train_items_needed(cfg)))  # the run's own training items
+    plans = {path: path_train(train, path, block=block) for path in paths}  # a bad --block fails before any work
     base_model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, items, steps=max(base_steps, 1))
     if base_steps:
         train_sft(base_model, examples, sft_cfg, SFTRunOptions(progress=False))
-    state = {k: v.clone() for k, v in base_model.state_dict().items()}
     rows = []
-    for path in paths:
-        settings, dtype = path_train(train, path, block=block)
+    for path, (settings, dtype) in plans.items():
         settings = settings.model_copy(update={"steps": steps + 1})
-        base_model.load_state_dict(state)
-        policy = _fresh_copy(base_model)
+        policy = copy.deepcopy(base_model)  # every path starts from the same weights
         out = train_rl(policy, tokenizer, task, _plugin_name(cfg.algorithm), settings,
                        RLRunOptions(seed=0, progress=False, items=items, prompt_template="plain",
                                     grader=cfg.grader, compute_dtype=dtype))
@@ -112,12 +113,6 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
     settings_out = {"entry": entry, "scale": scale, "timed_steps": steps, "block": block, "base_steps": base_steps,
                     "threads": torch.get_num_threads()}
     return {"rows": rows, "ratios": ratios, "settings": settings_out}
-
-
-def _fresh_copy(model):
-    import copy
-
-    return copy.deepcopy(model)
 
 
 def _table(out: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import dare_bench.diffusion.sampling as sampling
 from dare_bench.bench.tinyrl import measure, path_train
 from dare_bench.cli import app
+from dare_bench.errors import ConfigError
 from dare_bench.registry import load_registry
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -28,7 +29,7 @@ def test_path_settings():
     assert path_train(train, "bf16", block=8)[1] == "bfloat16"
     fast, dtype = path_train(train, "fast", block=8)
     assert dtype == "bfloat16" and fast.rollout == dual.rollout
-    with pytest.raises(Exception, match="does not divide"):
+    with pytest.raises(ConfigError, match="does not divide"):
         path_train(train, "dual", block=7)
 
 
