@@ -132,15 +132,23 @@ def validation_items(cfg, train_items) -> list:
     """The target rule's held-out validation items: the last `base.target.validation_items` training items (none
     under the fixed-step rule). Drawn from the training split, never the test split, so choosing the base never
     looks at what is reported; a training set too small to spare them is a DataError."""
-    from dare_bench.errors import DataError
-
     held = cfg.profile.base.held_out
     if not held:
         return []
-    if len(train_items) < 2 * held:
-        raise DataError(f"base.target.validation_items {held} needs at least {2 * held} training items; "
-                        f"{cfg.task} has {len(train_items)} here (lower base.target.validation_items)")
+    check_held_out(cfg, len(train_items))
     return list(train_items)[-held:]
+
+
+def check_held_out(cfg, n_train_items: int) -> None:
+    """The target rule's validation items must leave at least as many items for the base's SFT: a DataError naming
+    the knob otherwise. The dry run calls it with the row count of the training files, the base build with the
+    items left after the overlong filter."""
+    from dare_bench.errors import DataError
+
+    held = cfg.profile.base.held_out if cfg.profile.base is not None else 0
+    if held and n_train_items < 2 * held:
+        raise DataError(f"base.target.validation_items {held} needs at least {2 * held} training items; "
+                        f"{cfg.task} has {n_train_items} here (lower base.target.validation_items)")
 
 
 def weights_sha256(model) -> str:
@@ -236,5 +244,5 @@ def base_identity(directory, model) -> dict[str, Any]:
             "selection": {"rule": "fixed", "step": record["key"]["recipe"].get("start_step")}}
 
 
-__all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "build_base", "drop_overlong", "load_base",
-           "select_by_target", "validation_items", "weights_sha256"]
+__all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "build_base", "check_held_out", "drop_overlong",
+           "load_base", "select_by_target", "validation_items", "weights_sha256"]

@@ -47,14 +47,19 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
 
 
 def _check_training_rows(cfg) -> None:
-    """Every row of the run's training files parses (tasks.mixtures.check_rows); a baseline reads none."""
+    """Every row of the run's training files parses (tasks.mixtures.check_rows), and there are enough of them for
+    the tiny base's held-out validation items; a baseline reads none."""
     if cfg.profile.train.kind == "none" and cfg.profile.base is None:
         return
     from dare_bench.config import train_items_needed
+    from dare_bench.pipeline.base_cache import check_held_out
     from dare_bench.tasks.mixtures import check_rows, resolve_sources
 
     task = cfg.run_task()
-    check_rows(task, resolve_sources(task, cfg.profile.train.data, train_items_needed(cfg.profile, cfg.scale)))
+    limit = train_items_needed(cfg.profile, cfg.scale)
+    rows = check_rows(task, resolve_sources(task, cfg.profile.train.data, limit), limit)
+    if rows is not None:  # an hf: source is counted when the run loads it
+        check_held_out(cfg, rows)
 
 
 

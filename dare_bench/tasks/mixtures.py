@@ -55,6 +55,7 @@ class DataSource:
     fingerprint: str
     task: Task
     seed: int | None = None
+    rows: int | None = None  # a generator's size (known without generating); files: counted when read
 
     def record(self) -> dict[str, str]:
         """What the run config (and its hash) keeps of this source."""
@@ -95,7 +96,7 @@ def _generated(entry: str, task: Task, seed: int, n: int) -> DataSource:
     # Generators are deterministic code: the call pins the content without generating 20k puzzles at plan time.
     knobs = "".join(f",{k}={getattr(task, k)}" for k in sorted(getattr(task, "option_defaults", {})))  # task_options
     call = f"generator:{task.name}(seed={seed},n={n},split=train{knobs})"
-    return DataSource(entry, "generator", call, _sha(call), task, seed=seed)
+    return DataSource(entry, "generator", call, _sha(call), task, seed=seed, rows=n)
 
 
 def _refuse_unknown_name(entry: str, task: Task) -> None:
@@ -199,26 +200,30 @@ def load_sources(task: Task, sources: Sequence[DataSource], limit: int | None = 
                        fingerprint=fingerprint, limit=limit)
 
 
-def check_rows(task: Task, sources: Sequence[DataSource]) -> None:
+def check_rows(task: Task, sources: Sequence[DataSource], limit: int | None = None) -> int | None:
     """Parse every row of the file sources (a DARE file, a local file), as loading will: a file with the wrong
     columns, or a code row without tests, is one DataError naming the file and row, raised at plan time so that a
     run never starts (or writes a store row) on data it cannot read. Generators and hf: sources are not read here
-    (deterministic code; the Hub is only reached when the run loads)."""
+    (deterministic code; the Hub is only reached when the run loads). Returns how many training items loading
+    gives (at most `limit`, as `load_sources`), or None when an hf: source leaves it unknown until the run."""
+    total: int | None = 0
     for src in sources:
         if src.kind not in ("task", "dare", "file"):
+            total = None if total is None or src.rows is None else total + src.rows
             continue
         # a file whose content (sha256) this task's parser already read without error reads the same again: a
         # sweep's dry run (or `list --runnable`) plans many cells on the same few files
         knobs = tuple((k, repr(getattr(src.task, k, None))) for k in sorted(getattr(src.task, "option_defaults", {})))
         key = (type(src.task).__module__, type(src.task).__qualname__, src.task.name, knobs, src.fingerprint)
-        if key in _ROWS_READ_CLEANLY:
-            continue
-        src.task.load("train", source=src.source)
-        _ROWS_READ_CLEANLY.add(key)
+        if key not in _ROWS_READ_CLEANLY:
+            _ROWS_READ_CLEANLY[key] = len(src.task.load("train", source=src.source).items)
+        total = None if total is None else total + _ROWS_READ_CLEANLY[key]
+    return total if total is None or limit is None else min(total, limit)
 
 
-#: (task parser, its knobs, file sha256) of every training file `check_rows` parsed without error in this process
-_ROWS_READ_CLEANLY: set[tuple] = set()
+#: (task parser, its knobs, file sha256) -> row count, for every training file `check_rows` parsed without error
+#: in this process
+_ROWS_READ_CLEANLY: dict[tuple, int] = {}
 
 
 def load_mixture(task: Task, entries: Sequence[str], limit: int | None = None) -> TaskDataset:

@@ -88,13 +88,19 @@ def test_bad_rules_are_config_errors(overrides, message):
 
 
 def test_too_few_training_items_for_the_validation_set(tmp_path, monkeypatch):
+    """The plan (dry run) refuses a validation set its training files cannot spare, before any write; the base
+    build checks again on what the overlong filter left."""
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path))
     from dare_bench.pipeline.base_cache import validation_items
 
-    cfg, _, _, items = _inputs(["base.start_step=null",
+    # micro draws 10 x 32 + 5000 = 5320 training items: too few to hold 5000 out
+    with pytest.raises(DataError, match="validation_items 5000 needs at least 10000 training items; sudoku has 5320"):
+        resolve(NAME, "micro", ["base.start_step=null",
                                 "base.target={value: 0.2, every: 5, max_steps: 10, validation_items: 5000}"])
-    with pytest.raises(DataError, match="validation_items 5000 needs at least 10000 training items"):
-        validation_items(cfg, list(items))
+    cfg, _, _, items = _inputs(TARGET)
+    with pytest.raises(DataError, match="validation_items 32 needs at least 64 training items; sudoku has 40"):
+        validation_items(cfg, list(items)[:40])
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_reproduction_records_its_base_identity(home, tmp_path, monkeypatch):

@@ -105,7 +105,7 @@ def _bad_files(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["unknown entry", "wrong columns", "code row without tests", "knob out of range",
-                                  "unknown knob"])
+                                  "unknown knob", "validation set larger than the training split"])
 def test_bad_training_input_is_one_line_and_writes_nothing(case, tmp_path):
     """The issue's bad inputs: each one error line, exit != 0, no store (and no tiny base) written."""
     wrong, no_tests = _bad_files(tmp_path)
@@ -115,8 +115,13 @@ def test_bad_training_input_is_one_line_and_writes_nothing(case, tmp_path):
         "code row without tests": ("d1-llada-pyfunc", f"train.data=[{no_tests}]", "not a JSON list of asserts"),
         "knob out of range": ("d1-llada-arith", "task_options.steps=9", "steps must be an integer in 1..4"),
         "unknown knob": ("d1-llada-pyfunc", "task_options.steps=2", "has no option 'steps'"),
+        # sudoku's train split has 20000 puzzles: holding out 15000 leaves too few for the base's SFT
+        "validation set larger than the training split": (
+            "d1-llada-sudoku", "base.target.validation_items=15000",
+            "validation_items 15000 needs at least 30000 training items; sudoku has 20000"),
     }[case]
-    code, lines, wrote = _cli(["reproduce", name, override, "--scale", "micro"], tmp_path)  # a real run
+    scale = "tiny" if case.startswith("validation") else "micro"  # micro bases take a fixed step: no validation set
+    code, lines, wrote = _cli(["reproduce", name, override, "--scale", scale], tmp_path)  # a real run
     assert code != 0 and len(lines) == 1 and message in lines[0], lines
     assert not wrote and not (tmp_path / "h").exists()
 

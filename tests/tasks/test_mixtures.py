@@ -115,7 +115,7 @@ def test_check_rows_parses_a_file_once_per_content_and_rereads_a_changed_one(tmp
     from dare_bench.tasks import mixtures
     from dare_bench.tasks.mixtures import check_rows
 
-    monkeypatch.setattr(mixtures, "_ROWS_READ_CLEANLY", set())
+    monkeypatch.setattr(mixtures, "_ROWS_READ_CLEANLY", {})
     task = get_task("gsm8k")
     path = tmp_path / "mine.parquet"
     pd.read_parquet(GSM8K_TRAIN).head(5).to_parquet(path)
