@@ -8,6 +8,7 @@
     dare-bench bench moe     [--json]    # MoE experts, per-expert loop vs grouped matmuls (block, training, decode)
     dare-bench bench rlstep  [--json]    # one RL step of a paper recipe on a shrunk checkpoint, plain vs fast
     dare-bench bench tinyrl  [ENTRY]     # a tiny reproduction's RL stage, as pinned vs bf16 / dual-cache rollouts
+    dare-bench bench fastdllm --official DIR   # cached LLaDA decoding vs the official Fast-dLLM code, same tokens
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import typer
 
 BENCH_MODULES = ["dare_bench.bench.rollout", "dare_bench.bench.memory", "dare_bench.bench.alignment",
                  "dare_bench.bench.flex", "dare_bench.bench.packing", "dare_bench.bench.moe",
-                 "dare_bench.bench.rlstep", "dare_bench.bench.tinyrl"]
+                 "dare_bench.bench.rlstep", "dare_bench.bench.tinyrl", "dare_bench.bench.fastdllm"]
 
 
 def register(app: typer.Typer) -> None:

@@ -10,8 +10,8 @@ Library module used by `dare_bench.diffusion.sampling`; no command line. Tests:
 - `FastDLLMCache` (LLaDA, Dream; Fast-dLLM, arXiv 2505.22618): at the start of every block the whole canvas is
   encoded once; `prefix` mode keeps the keys / values before the block and re-runs the block plus everything after
   it, `dual` mode keeps all of them and re-runs only the block, writing its fresh keys / values over the stale ones
-  (`replace_position`). Bidirectional attention makes both approximate: the cached positions do not see the tokens
-  committed since the refresh.
+  in place (`replace_position`). Bidirectional attention makes both approximate: the cached positions do not see
+  the tokens committed since the refresh.
 
 Every model call goes through the `forward` callable handed in by the sampler, so forward counts stay in one place.
 """
@@ -124,5 +124,7 @@ class FastDLLMCache:
             if start != len(self.cache) or end != x.shape[1]:
                 raise ValueError("prefix cache windows run from the cached prefix to the end of the canvas")
             return self.forward(x[:, start:end], kv_cache=self.cache, update_cache=False, **model_kwargs)
-        return self.forward(x[:, start:end], kv_cache=self.cache, update_cache=False,
+        # dual: the block's fresh keys / values are written over the stale ones in place (Fast-dLLM's
+        # replace_position); the next step overwrites them again and the next refresh re-encodes the canvas
+        return self.forward(x[:, start:end], kv_cache=self.cache, update_cache=True,
                             replace_position=(start, end), **model_kwargs)

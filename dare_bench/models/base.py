@@ -67,7 +67,8 @@ class KVCache:
     Semantics of a forward with `kv_cache` (implemented by every family's attention):
     - `replace_position=None`: keys/values = concat(cache, new); if `update_cache`, the cache keeps the concat.
     - `replace_position=(start, end)`: keys/values = cache with positions [start, end) replaced by the new ones
-      (Fast-dLLM dual cache); if `update_cache`, the replacement is written into the cache.
+      (Fast-dLLM dual cache); if `update_cache`, the replacement is written into the cache in place (as Fast-dLLM's
+      `past_key[:, :, replace_indices] = k`: no copy of the whole cache per layer and step), else into a copy.
     `attn_mask` (bool `[B, 1, Lq, Lk]`, True = may attend) then covers all keys; None = attend to everything.
     """
 
@@ -94,6 +95,10 @@ class KVCache:
             start, end = replace_position
             if end - start != k.shape[-2]:
                 raise ValueError(f"replace_position {replace_position} does not match {k.shape[-2]} new positions")
+            if update:
+                ck[..., start:end, :] = k
+                cv[..., start:end, :] = v
+                return ck, cv
             full_k = torch.cat([ck[..., :start, :], k, ck[..., end:, :]], dim=-2)
             full_v = torch.cat([cv[..., :start, :], v, cv[..., end:, :]], dim=-2)
         elif ck is None:

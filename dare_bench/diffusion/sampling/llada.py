@@ -141,11 +141,18 @@ def gumbel_argmax(logits: torch.Tensor, temperature: float, generator) -> torch.
 def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int, gen_length: int,
                    blocks: list[SemiARBlock], threshold: float | None, use_cache: str, cfg_scale: float,
                    window_kwargs: WindowKwargs, propose: Propose, stop_at_eos: bool, stop_ids: tuple[int, ...],
-                   eos_id: int, proposal_prob: ProposalProb | None = None) -> Decoded:
+                   eos_id: int, proposal_prob: ProposalProb | None = None,
+                   deterministic_propose: bool = False) -> Decoded:
     """The semi-AR block loop of LLaDA `generate` / Fast-dLLM: per block, each step commits the top-confidence
     masked positions of the block (a fixed quota, or every one above `threshold`), with optional prefix / dual
     cache and classifier-free guidance. With `proposal_prob` a recorded trajectory also keeps each step's proposal
-    (the drawn token of every mask position of the step's window) and its sampling probability."""
+    (the drawn token of every mask position of the step's window) and its sampling probability.
+
+    `deterministic_propose` (the family's promise that `propose` draws no random numbers and scores each position
+    on its own: greedy, low_confidence) lets a step compute the LM head and the confidence softmax only at the
+    positions it may commit (masked, before the block end) instead of over its whole window, as upstream does:
+    the same tokens, without the `[window, vocab]` logits (issue #15 item 6). Not while recording a trajectory,
+    whose proposals cover every masked position of the window, nor with CFG or a shifted model."""
     b_sz, p = prompt.shape
     length = p + gen_length
     device = prompt.device
@@ -167,6 +174,27 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         return shift_logits(logits, shift)
 
     cache = FastDLLMCache(model, use_cache, run.forward) if use_cache != "none" else None
+    narrow = (deterministic_propose and cfg_scale == 0 and shift == 0 and not run.recording
+              and _has_plain_head(model))
+    # a narrowed step asks the model for its final hidden states and applies the head itself
+    hidden_kw = {"return_hidden": True} if narrow else {}
+
+    def narrow_select(hidden, w0, end, quota, step_i):
+        """`step_select` from hidden states of canvas window [w0, ...): the head and `propose` run only at the
+        positions the step may commit; every other position gets what step_select gives it (confidence -inf,
+        the canvas token), so the same tokens are committed."""
+        states = hidden.states
+        window = x[:, w0:w0 + states.shape[1]]
+        eligible = window == mask_id
+        eligible[:, max(end - w0, 0):] = False
+        conf = torch.full(window.shape, -torch.inf, dtype=torch.float64 if threshold is not None else states.dtype,
+                          device=window.device)
+        x0 = window.clone()
+        if bool(eligible.any()):
+            c, t = propose(hidden.head.logits(states[eligible]).unsqueeze(0), step_i)
+            conf = conf.to(c.dtype)
+            conf[eligible], x0[eligible] = c[0], t[0]
+        commit(window, conf, x0, eligible, quota)
 
     def step_select(logits, w0, end, quota, step_i):
         """Commit tokens for one step from logits of canvas window [w0, w0 + logits.shape[1])."""
@@ -180,10 +208,24 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         mask_index = window == mask_id
         x0 = torch.where(mask_index, x0, window)
         conf = torch.where(mask_index, conf, torch.full_like(conf, -torch.inf))
-        transfer = torch.zeros_like(mask_index)
+        eligible = mask_index.clone()
+        eligible[:, max(end - w0, 0):] = False
+        before = x.clone() if run.recording else None
+        proposal = prob = None
+        if before is not None and proposal_prob is not None:
+            proposal = before.clone()
+            proposal[:, w0:w1] = x0
+            prob = torch.zeros(before.shape, dtype=torch.float32, device=before.device)
+            prob[:, w0:w1] = torch.where(mask_index, proposal_prob(logits, x0), 0.0)
+        commit(window, conf, x0, eligible, quota)
+        if before is not None:
+            run.record(before, before, x, mask_id, length, proposal=proposal, proposal_prob=prob)
+
+    def commit(window, conf, x0, eligible, quota):
+        """Write the step's committed tokens into `window` (a view of x): every eligible position with confidence
+        >= threshold and at least the top-1 (threshold), or the `quota` top-confidence positions."""
+        transfer = torch.zeros_like(eligible)
         if threshold is not None:
-            eligible = mask_index.clone()
-            eligible[:, max(end - w0, 0):] = False
             for j in range(b_sz):
                 if not bool(eligible[j].any()):
                     continue
@@ -195,16 +237,7 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
                 k = int(quota[j])
                 if k > 0:
                     transfer[j, torch.topk(conf[j], k=k).indices] = True
-        before = x.clone() if run.recording else None
-        proposal = prob = None
-        if before is not None and proposal_prob is not None:
-            proposal = before.clone()
-            proposal[:, w0:w1] = x0
-            prob = torch.zeros(before.shape, dtype=torch.float32, device=before.device)
-            prob[:, w0:w1] = torch.where(mask_index, proposal_prob(logits, x0), 0.0)
         window[transfer] = x0[transfer]
-        if before is not None:
-            run.record(before, before, x, mask_id, length, proposal=proposal, proposal_prob=prob)
 
     for block in blocks:
         start, end = block.start, block.end
@@ -217,7 +250,18 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
             quota_of = lambda i, q=q: q[:, i]  # noqa: E731
 
         def one_step(i, first):
-            if cache is None:
+            if narrow:  # shift == 0 here: every window starts at the block (or the canvas) start
+                if cache is None:
+                    hidden = run.forward(x, **hidden_kw, **window_kwargs(0, length))
+                    narrow_select(hidden, 0, end, quota_of(i), i)
+                elif first:
+                    narrow_select(cache.refresh(x, start, **hidden_kw, **window_kwargs(0, length)), 0, end,
+                                  quota_of(i), i)
+                else:
+                    w1 = length if cache.mode == "prefix" else end
+                    hidden = cache.window_logits(x, start, w1, **hidden_kw, **window_kwargs(start, w1))
+                    narrow_select(hidden, start, end, quota_of(i), i)
+            elif cache is None:
                 step_select(full_logits(), 0, end, quota_of(i), i)
             elif first:
                 lead = start - shift
@@ -259,6 +303,17 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         traj = Trajectory(steps=run.steps, prompt_length=p, kind="mdlm", mask_id=mask_id, logit_shift=shift,
                           model_kwargs=trajectory_kwargs, cfg_scale=cfg_scale, prompt_index=prompt_index)
     return Decoded(x, x, traj, p)
+
+
+def _has_plain_head(model) -> bool:
+    """Whether the model's LM head can be applied to chosen rows (`output_head()`): a LoRA-wrapped head cannot."""
+    from dare_bench.errors import ConfigError
+
+    try:
+        model.output_head()
+    except (ConfigError, AttributeError, NotImplementedError):
+        return False
+    return True
 
 
 def llada_window_kwargs(attention_mask: torch.Tensor | None, gen_length: int) -> WindowKwargs:
@@ -407,4 +462,6 @@ class LladaSettings(SamplerSettings):
                               use_cache=self.use_cache, cfg_scale=self.cfg_scale,
                               window_kwargs=llada_window_kwargs(attention_mask, self.gen_length),
                               propose=self.propose, stop_at_eos=self.stop_at_eos, stop_ids=self.stop_ids,
-                              eos_id=self.eos_id, proposal_prob=self.proposal_prob)
+                              eos_id=self.eos_id, proposal_prob=self.proposal_prob,
+                              # greedy low-confidence proposals draw nothing and score each position alone
+                              deterministic_propose=self.temperature == 0 and self.remasking == "low_confidence")
