@@ -42,3 +42,12 @@ def test_moe_experts_count_at_top_k_over_experts():
 def test_peak_is_a_positive_rate_at_the_current_thread_count():
     peak = matmul_peak("float32", "cpu", size=128, repeats=2)
     assert peak["flops_per_second"] > 0 and peak["threads"] == torch.get_num_threads() and peak["size"] == 128
+
+
+def test_peak_size_stops_growing_once_a_gemm_takes_the_minimum_time():
+    """Where a dtype has no hardware (bf16 on an AVX2 CPU: ~1 GFLOP/s) the GEMM stays small instead of taking
+    20 s a call; where it is fast the size grows to `size`."""
+    slow = matmul_peak("float32", "cpu", size=1024, repeats=1, min_seconds=0.0)
+    assert slow["size"] == 256  # the first GEMM already took the minimum time
+    fast = matmul_peak("float32", "cpu", size=512, repeats=1, min_seconds=1e9)
+    assert fast["size"] == 512  # never slow enough: up to the cap
