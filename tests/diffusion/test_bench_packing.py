@@ -26,7 +26,8 @@ def test_bench_packing_json_small():
         assert r["max_loss_diff"] <= 1e-6, r  # same draws, same numbers
         assert r["real_tokens"] < r["padded_tokens"] and r["bound"] > 1
         assert r["packed_rows"] <= r["padded_rows"] == 8
-        assert 0 < r["padded_fraction_of_bf16_peak"] < 1 and 0 < r["packed_fraction_of_bf16_peak"] < 1
+        # above 1 where bf16 has no hardware (an AVX2 CPU emulates it slower than this fp32 step runs)
+        assert r["padded_fraction_of_bf16_peak"] > 0 and r["packed_fraction_of_bf16_peak"] > 0
         # the same useful work in less time is a larger fraction
         assert r["packed_fraction_of_bf16_peak"] / r["padded_fraction_of_bf16_peak"] == \
             pytest.approx(r["speedup"])

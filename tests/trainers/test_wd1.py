@@ -195,7 +195,8 @@ def test_one_group_micro_batch_is_the_official_compute_loss():
         seq = (per_token_logps * batch.completion_mask).sum(-1)
         ce_loss = -(seq * torch.softmax(adv, dim=0)).sum()
         min_likeli_loss = (seq * torch.softmax(-adv, dim=0)).sum()
-    assert metrics["loss"] == pytest.approx((ce_loss + min_likeli_loss).item(), rel=1e-6)
+    # float32 sums in another order than the official compute_loss (2.7e-6 relative on an AVX2 CPU)
+    assert metrics["loss"] == pytest.approx((ce_loss + min_likeli_loss).item(), rel=1e-5)
 
 
 def test_all_equal_rewards_give_zero_loss_and_gradient():
