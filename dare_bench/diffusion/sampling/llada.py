@@ -174,10 +174,9 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         return shift_logits(logits, shift)
 
     cache = FastDLLMCache(model, use_cache, run.forward) if use_cache != "none" else None
+    # a narrowed step asks the model for its final hidden states (return_hidden) and applies the head itself
     narrow = (deterministic_propose and cfg_scale == 0 and shift == 0 and not run.recording
               and _has_plain_head(model))
-    # a narrowed step asks the model for its final hidden states and applies the head itself
-    hidden_kw = {"return_hidden": True} if narrow else {}
 
     def narrow_select(hidden, w0, end, quota, step_i):
         """`step_select` from hidden states of canvas window [w0, ...): the head and `propose` run only at the
@@ -187,13 +186,12 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         window = x[:, w0:w0 + states.shape[1]]
         eligible = window == mask_id
         eligible[:, max(end - w0, 0):] = False
-        conf = torch.full(window.shape, -torch.inf, dtype=torch.float64 if threshold is not None else states.dtype,
-                          device=window.device)
+        # float64 holds any propose dtype exactly, so ranks and threshold tests are those of step_select
+        conf = torch.full(window.shape, -torch.inf, dtype=torch.float64, device=window.device)
         x0 = window.clone()
         if bool(eligible.any()):
             c, t = propose(hidden.head.logits(states[eligible]).unsqueeze(0), step_i)
-            conf = conf.to(c.dtype)
-            conf[eligible], x0[eligible] = c[0], t[0]
+            conf[eligible], x0[eligible] = c[0].to(torch.float64), t[0]
         commit(window, conf, x0, eligible, quota)
 
     def step_select(logits, w0, end, quota, step_i):
@@ -252,14 +250,14 @@ def semi_ar_decode(model, prompt: torch.Tensor, run: SamplerRun, *, mask_id: int
         def one_step(i, first):
             if narrow:  # shift == 0 here: every window starts at the block (or the canvas) start
                 if cache is None:
-                    hidden = run.forward(x, **hidden_kw, **window_kwargs(0, length))
+                    hidden = run.forward(x, return_hidden=True, **window_kwargs(0, length))
                     narrow_select(hidden, 0, end, quota_of(i), i)
                 elif first:
-                    narrow_select(cache.refresh(x, start, **hidden_kw, **window_kwargs(0, length)), 0, end,
+                    narrow_select(cache.refresh(x, start, return_hidden=True, **window_kwargs(0, length)), 0, end,
                                   quota_of(i), i)
                 else:
                     w1 = length if cache.mode == "prefix" else end
-                    hidden = cache.window_logits(x, start, w1, **hidden_kw, **window_kwargs(start, w1))
+                    hidden = cache.window_logits(x, start, w1, return_hidden=True, **window_kwargs(start, w1))
                     narrow_select(hidden, start, end, quota_of(i), i)
             elif cache is None:
                 step_select(full_logits(), 0, end, quota_of(i), i)
