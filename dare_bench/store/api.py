@@ -289,7 +289,7 @@ class Store:
     # ------------------------------------------------------------------------------------------ ingest
 
     def ingest(self, path: str | Path) -> dict[str, int]:
-        """Load result files (a file, or every *.json under a directory) in one transaction.
+        """Load result files (a file, or every *.json / *.json.gz under a directory) in one transaction.
 
         Every file is validated before anything is written (`records.check_integrity`: the config hash recomputed
         from the stored config, the package / machine record present): one corrupt or edited file means nothing is
@@ -298,7 +298,9 @@ class Store:
         """
         path = Path(path)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+            from dare_bench.store.records import result_files
+
+            files = result_files(path)
         elif path.is_file():
             files = [path]
         else:

@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("ingest")
     def ingest_cmd(
-        path: Path = typer.Argument(..., help="A result file, or a directory searched for *.json result files."),
+        path: Path = typer.Argument(..., help="A result file, or a directory searched for *.json / *.json.gz files."),
         db: Optional[str] = DB_OPTION,
         sync_reported: bool = typer.Option(True, help="Also refresh reported scores from the registry."),
     ) -> None:

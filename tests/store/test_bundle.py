@@ -3,6 +3,7 @@ verified, and the leaderboard layers the user's store on top of bundles (fresh i
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -64,11 +65,35 @@ def test_a_tampered_bundle_file_is_refused(tmp_path):
     src = Store(f"sqlite:///{tmp_path / 'src.db'}")
     _run(src, "d1-llada-sudoku", 0, 0.3)
     (path,) = export_bundle(src, tmp_path / "bundle")
-    doc = json.loads(path.read_text())
+    doc = json.loads(gzip.decompress(path.read_bytes()))
     doc["run"]["config"]["profile"]["train"]["lr"] = 1.0  # a better-looking recipe, same hash
-    path.write_text(json.dumps(doc))
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(DataError, match="is not the hash of its config"):
         Store(f"sqlite:///{tmp_path / 'dst.db'}").ingest(tmp_path / "bundle")
+
+
+def test_bundle_files_are_reproducible_gzip_and_plain_json_still_reads(tmp_path):
+    src = Store(f"sqlite:///{tmp_path / 'src.db'}")
+    _run(src, "d1-llada-sudoku", 0, 0.3)
+    (path,) = export_bundle(src, tmp_path / "bundle")
+    assert path.name.endswith(".json.gz")
+    first = path.read_bytes()
+    stale = path.with_suffix("")  # the same run as an older dare-bench wrote it: plain JSON
+    stale.write_bytes(gzip.decompress(first))
+    (again,) = export_bundle(src, tmp_path / "bundle")
+    assert again.read_bytes() == first  # no timestamp in the gzip header: re-exporting changes no byte
+    assert not stale.exists()  # replaced by the compressed file, not kept beside it as a duplicate
+    plain = tmp_path / "plain" / "run.json"
+    plain.parent.mkdir()
+    plain.write_bytes(gzip.decompress(first))
+    (tmp_path / "plain" / ".run.json.gz.123.tmp").write_bytes(b"half-written")  # an interrupted write: skipped
+    for source in (tmp_path / "plain", plain, path):
+        assert Store(f"sqlite:///{tmp_path / f'{source.name}.db'}").ingest(source)["runs"] == 1
+    broken = tmp_path / "broken" / "run.json.gz"
+    broken.parent.mkdir()
+    broken.write_bytes(first[: len(first) // 2])
+    with pytest.raises(DataError, match="run.json.gz: cannot read result file"):
+        Store(f"sqlite:///{tmp_path / 'broken.db'}").ingest(broken.parent)
 
 
 def test_the_users_store_is_layered_on_the_bundles(tmp_path):
