@@ -36,7 +36,7 @@ import re
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dare_bench import catalogue
 from dare_bench.catalogue.settings import KlEstimator, LossAgg
@@ -313,6 +313,21 @@ class EvalSettings(Strict):
         description="native: dare-bench's evaluator; opencompass: the same checkpoint, sampler settings, task "
                     "protocol and grader through OpenCompass' infer and eval tasks (the opencompass extra)")
     sampler: SamplerSettings
+    # Left out of dumps when empty (existing config hashes unchanged).
+    thresholds: list[float] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="also evaluate the final model with confidence-threshold decoding at each of these thresholds "
+                    "(evaluations `final-thr<t>`: accuracy and tokens per forward, the trade CAP claims to move)")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, v: list[float]) -> list[float]:
+        for t in v:
+            if not 0 < t <= 1:
+                raise ValueError(f"a confidence threshold is in (0, 1], got {t}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"thresholds must be distinct, got {v}")
+        return v
 
 
 class ScaleProfile(Strict):

@@ -146,6 +146,10 @@ _WITHOUT_PLUGIN = (
     AlgorithmSpec("wsd", "wsd", WsdKnobs, diffusion=("block",)),
     AlgorithmSpec("wsd-cap", "wsd", WsdCapKnobs, diffusion=("block",)),
     AlgorithmSpec("cap", "sft", CapKnobs, diffusion=("block",)),
+    # the four-arm comparison's from-scratch arm: block-diffusion SFT from random initialisation for the steps and
+    # documents the AR start + the WSD conversion take (_defaults/algorithms/bdlm.yaml), so WSD is measured
+    # against block diffusion trained directly at equal compute
+    AlgorithmSpec("bdlm", "sft", NoKnobs, diffusion=("block",)),
 )
 
 

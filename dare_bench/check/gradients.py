@@ -58,14 +58,15 @@ MC_SAMPLES = 2  # for plug-ins whose default is more (BGPO / EBPO: 16): same cod
 # The catalogue's trained algorithms without an RL plug-in, each snapshotted on every backbone above (their losses
 # take the attention kind from the backbone's traits): sft and lora (kind sft) through `sft.sft_batch_loss`, vrpo
 # (kind preference) through `preference.preference_batch_loss`, the per-batch losses their trainers step with.
-SUPERVISED = ("sft", "lora", "vrpo", "ar", "cap", "wsd", "wsd-cap")
+SUPERVISED = ("sft", "lora", "vrpo", "ar", "cap", "wsd", "wsd-cap", "bdlm")
 SFT_COPIES, PAIR_COPIES = GROUP, 2  # each prompt 4x in the SFT batch (16 rows), 2x in VRPO's (8 pairs, 16 rows)
 LORA = dict(r=8, alpha=16, dropout=0.0)  # the tiny / micro adapters (reproductions/_defaults/algorithms/lora.yaml)
 VRPO = dict(beta=0.2, mc_samples=2)  # dpo_beta's default, the micro MC budget (_defaults/kinds/preference.yaml)
 # LLaDA2.0's recipe (block diffusion only, so on SDAR alone): ar = the SFT loss at block size 1 (the next-token loss);
 # cap = the SFT loss + confidence_beta 2.0 (its default) x the confidence loss; wsd = one step of the WSD trainer's
 # loss at the warmup stage (block 2, BD3 layout), the 12-token documents packed two to a row of seq_len 24; wsd-cap
-# the same schedule's decay stage (block 4), where it adds confidence_beta 2.0 x the confidence loss
+# the same schedule's decay stage (block 4), where it adds confidence_beta 2.0 x the confidence loss; bdlm (the
+# four-arm comparison's from-scratch arm) is the sft loss under another recipe, so its snapshot equals sft's
 CAP = dict(confidence_beta=2.0)
 WSD = dict(seq_len=24, stages=[{"phase": "warmup", "block_size": 2, "steps": 1},
                                {"phase": "stable", "block_size": 24, "steps": 1, "layout": "single"},

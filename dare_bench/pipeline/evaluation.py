@@ -30,14 +30,45 @@ def evaluate_base(ctx: RunContext, base: Base):
 
 
 def evaluate_final(ctx: RunContext, base: Base, model, final_step: int, base_record):
-    """The trained model's evaluation record (label "final"); `train.kind: none` reuses the base's."""
+    """The trained model's evaluation record (label "final"); `train.kind: none` reuses the base's. The
+    `eval.thresholds` evaluations of the same model are stored here too (their own rows)."""
     if ctx.cfg.profile.train.kind == "none":
         ctx.result.metrics = dict(ctx.result.base_metrics)
-        return base_record.model_copy(update={"checkpoint": "final", "uid": _new_uid()})
-    final_eval, final_record = evaluate_model(model, base.tokenizer, base.task, ctx.cfg, seed=ctx.seed,
-                                              progress=ctx.progress and ctx.is_main, label="final", step=final_step)
-    ctx.result.metrics = dict(final_eval.metrics)
+        final_record = base_record.model_copy(update={"checkpoint": "final", "uid": _new_uid()})
+    else:
+        final_eval, final_record = evaluate_model(model, base.tokenizer, base.task, ctx.cfg, seed=ctx.seed,
+                                                  progress=ctx.progress and ctx.is_main, label="final",
+                                                  step=final_step)
+        ctx.result.metrics = dict(final_eval.metrics)
+    for threshold in ctx.cfg.profile.eval.thresholds:
+        evaluate_at_threshold(ctx, base, model, final_step, threshold)
     return final_record
+
+
+def threshold_label(threshold: float) -> str:
+    """The evaluation label of the final model decoded at a confidence threshold (`eval.thresholds`)."""
+    return f"final-thr{threshold:g}"
+
+
+def threshold_config(cfg, threshold: float):
+    """`cfg` with its evaluation sampler decoding at `threshold` (every sampler family reads `threshold`)."""
+    profile = cfg.profile
+    ev = profile.eval.model_copy(update={"sampler": profile.eval.sampler.model_copy(update={"threshold": threshold})})
+    return cfg.model_copy(update={"profile": profile.model_copy(update={"eval": ev})})
+
+
+def evaluate_at_threshold(ctx: RunContext, base: Base, model, step: int, threshold: float) -> None:
+    """One `eval.thresholds` evaluation of the final model: stored as its own evaluation row (rank 0), its
+    metrics in `result.threshold_metrics` under the label."""
+    label = threshold_label(threshold)
+    result, record = evaluate_model(model, base.tokenizer, base.task, threshold_config(ctx.cfg, threshold),
+                                    seed=ctx.seed, progress=False, label=label, step=step)
+    if ctx.store is not None:
+        ctx.store.add_evaluation(ctx.run_id, record)
+    ctx.result.threshold_metrics[label] = dict(result.metrics)
+    metric = ctx.cfg.profile.eval.metric
+    ctx.log(f"{label}: {metric} = {result.metrics.get(metric)}, "
+            f"tokens/forward = {result.metrics.get('tokens_per_forward')}")
 
 
 def sampler_preset_from_config(sampler, template: str = "plain", batch_size: int = 16):
@@ -158,4 +189,5 @@ def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
     return run
 
 
-__all__ = ["evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config", "validation_metric"]
+__all__ = ["evaluate_at_threshold", "evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config",
+           "threshold_config", "threshold_label", "validation_metric"]

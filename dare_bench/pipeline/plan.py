@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dare_bench.errors import CheckpointError, ConfigError, DareBenchError
+from dare_bench.errors import CheckpointError, ConfigError, DareBenchError, SamplerError
 
 # The only preference data the VRPO stage builds: pairs from the base's own samples on the task (gold = chosen);
 # declared once, beside the registry's runnability check
@@ -38,6 +38,7 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     cfg = spec.resolve(scale, list(overrides))
     _check_algorithm_backbone(cfg)
     _check_preference_data(cfg)
+    _check_threshold_samplers(cfg)
     # then the data: a missing training file, or one whose rows the task cannot read, fails here, before the
     # pipeline writes anything
     resolved = spec.resolve(scale, list(overrides), with_data=True)
@@ -107,6 +108,27 @@ def _check_algorithm_backbone(cfg) -> None:
 
             resolve_settings(meta_model, torch.zeros(1, 1, dtype=torch.long), None,
                              {**settings, "return_trajectory": bool(plugin.needs_trajectory)})
+
+
+def _check_threshold_samplers(cfg) -> None:
+    """Each `eval.thresholds` value decodes with the evaluation sampler at that threshold: refuse, before any work, a
+    combination the sampler rejects (e.g. LLaDA's `ass` step plan, which fixes its own quotas), by the sampler's own
+    checks on the run's model without weights."""
+    if not cfg.profile.eval.thresholds:
+        return
+    import torch
+
+    from dare_bench.diffusion.sampling import resolve_settings
+    from dare_bench.pipeline.evaluation import threshold_config
+    from dare_bench.trainers.loop import rollout_settings
+
+    meta_model = _run_meta_model(cfg)
+    for t in cfg.profile.eval.thresholds:
+        try:
+            resolve_settings(meta_model, torch.zeros(1, 1, dtype=torch.long), None,
+                             rollout_settings(threshold_config(cfg, t).profile.eval.sampler))
+        except SamplerError as exc:
+            raise ConfigError(f"{cfg.reproduction}: eval.thresholds {t}: {exc}") from None
 
 
 def _run_meta_model(cfg):

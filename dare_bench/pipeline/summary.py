@@ -31,6 +31,8 @@ class ReproduceResult:
     metric: str = "accuracy"  # the reproduction's primary metric (eval.metric): what the summaries show
     compute: dict[str, Any] = field(default_factory=dict)  # training compute counted (trainers/compute.py)
     control: "ReproduceResult | None" = None  # its compute-matched SFT control (`reproduce --control`)
+    #: the final model at each `eval.thresholds` value: {"final-thr0.9": metrics, ...}
+    threshold_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         keys = ("run_id", "name", "scale", "status", "base_metrics", "metrics", "wall_seconds", "db")
@@ -39,6 +41,8 @@ class ReproduceResult:
                    stage_seconds=self.stage_seconds, reward_curve=self.reward_curve, final_model=self.final_model)
         if self.compute:
             out["compute"] = self.compute
+        if self.threshold_metrics:
+            out["threshold_metrics"] = self.threshold_metrics
         if self.control is not None:
             out["control"] = self.control.to_json()
         if self.message:

@@ -72,8 +72,8 @@ def test_every_trained_algorithm_of_the_catalogue_has_a_committed_snapshot():
         expected = {gr.key(name, gr.BACKBONES[kind]) for kind in kinds}
         assert expected and expected <= set(COMMITTED["entries"]), (spec.name, expected - set(COMMITTED["entries"]))
     assert {a for a, _ in ENTRIES} == {spec.plugin or spec.name for spec in trained}  # and nothing else
-    # 15 RL plug-in x backbone + {sft, lora, vrpo} x {llada, sdar} + {ar, cap, wsd, wsd-cap} x sdar
-    assert len(ENTRIES) == 25
+    # 15 RL plug-in x backbone + {sft, lora, vrpo} x {llada, sdar} + {ar, cap, wsd, wsd-cap, bdlm} x sdar
+    assert len(ENTRIES) == 26
     for snap in COMMITTED["entries"].values():
         assert snap["grad_norm"] > 0 and len(snap["projection"]) == gr.DIMS
 

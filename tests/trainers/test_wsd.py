@@ -371,7 +371,7 @@ def test_wsd_micro_run_stores_every_stage_evaluation(tmp_path):
     assert res.status == "finished"
     evals = {e["checkpoint"]: e for e in Store(db).evaluations(res.run_id)}
     assert set(evals) == {"base", "stage-start-b1", "stage-0-warmup-b4", "stage-1-stable-b96", "stage-2-decay-b8",
-                          "final"}
+                          "final", "final-thr0.9", "final-thr1"}  # + the pinned eval.thresholds (0.9, 1.0)
     for label in ("stage-start-b1", "stage-0-warmup-b4", "stage-1-stable-b96", "stage-2-decay-b8"):
         m = evals[label]["metrics"]
         assert "accuracy" in m and m["tokens_per_forward"] > 0
@@ -385,7 +385,7 @@ def test_wsd_micro_run_stores_every_stage_evaluation(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["ar-llada2-sudoku", "cap-llada2-sudoku", "cap-sdar-sudoku", "wsd-cap-llada2-sudoku",
-                                  "vrpo-llada2-sudoku", "vrpo-sdar-sudoku"])
+                                  "vrpo-llada2-sudoku", "vrpo-sdar-sudoku", "bdlm-llada2-sudoku"])
 def test_llada2_recipe_entries_run_at_micro(name, tmp_path):
     from dare_bench.pipeline import reproduce
 
@@ -421,6 +421,18 @@ def test_every_training_kind_has_its_stage():
     for target in TRAINERS.values():
         module, _, function = target.partition(":")
         assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_the_four_arms_train_equal_steps_and_documents():
+    """ar / bdlm / wsd / wsd-cap (tiny): the same base steps, post-training steps, documents per step and learning
+    rate (algorithms/bdlm.yaml), so the comparison differs in what is trained, not in how much."""
+    from dare_bench.registry import get
+
+    arms = {name: get(f"{name}-llada2-sudoku").scales["tiny"] for name in ("ar", "bdlm", "wsd", "wsd-cap")}
+    for prof in arms.values():
+        assert (prof.base.start_step, prof.base.target, prof.base.lr, prof.base.batch_size) == (275, None, 1e-3, 128)
+        assert (prof.train.steps, prof.train.batch_prompts, prof.train.lr) == (175, 128, 1e-3)
+    assert arms["bdlm"].model.preset == "tiny-llada2" and arms["ar"].model.preset == "tiny-llada2-ar"
 
 
 def test_wsd_cap_runs_the_wsd_schedule_with_cap_in_its_decay_stages():
