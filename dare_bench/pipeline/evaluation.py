@@ -50,25 +50,38 @@ def threshold_label(threshold: float) -> str:
     return f"final-thr{threshold:g}"
 
 
-def threshold_config(cfg, threshold: float):
-    """`cfg` with its evaluation sampler decoding at `threshold` (every sampler family reads `threshold`)."""
+def with_eval_sampler(cfg, sampler):
+    """`cfg` with `sampler` as its evaluation sampler, the rest of the evaluation as pinned."""
     profile = cfg.profile
-    ev = profile.eval.model_copy(update={"sampler": profile.eval.sampler.model_copy(update={"threshold": threshold})})
+    ev = profile.eval.model_copy(update={"sampler": sampler})
     return cfg.model_copy(update={"profile": profile.model_copy(update={"eval": ev})})
 
 
-def evaluate_at_threshold(ctx: RunContext, base: Base, model, step: int, threshold: float) -> None:
-    """One `eval.thresholds` evaluation of the final model: stored as its own evaluation row (rank 0), its
-    metrics in `result.threshold_metrics` under the label."""
-    label = threshold_label(threshold)
-    result, record = evaluate_model(model, base.tokenizer, base.task, threshold_config(ctx.cfg, threshold),
+def threshold_config(cfg, threshold: float):
+    """`cfg` with its evaluation sampler decoding at `threshold` (every sampler family reads `threshold`)."""
+    return with_eval_sampler(cfg, cfg.profile.eval.sampler.model_copy(update={"threshold": threshold}))
+
+
+def evaluate_stored(ctx: RunContext, base: Base, model, sampler, label: str, step: int) -> dict:
+    """An extra evaluation of `model` with `sampler` in place of the pinned one (a confidence threshold of
+    `eval.thresholds`, a WSD stage's block size): stored as its own evaluation row `label` (rank 0), its metrics
+    logged and returned."""
+    result, record = evaluate_model(model, base.tokenizer, base.task, with_eval_sampler(ctx.cfg, sampler),
                                     seed=ctx.seed, progress=False, label=label, step=step)
     if ctx.store is not None:
         ctx.store.add_evaluation(ctx.run_id, record)
-    ctx.result.threshold_metrics[label] = dict(result.metrics)
     metric = ctx.cfg.profile.eval.metric
-    ctx.log(f"{label}: {metric} = {result.metrics.get(metric)}, "
+    ctx.log(f"{label} (step {step}): {metric} = {result.metrics.get(metric)}, "
             f"tokens/forward = {result.metrics.get('tokens_per_forward')}")
+    return dict(result.metrics)
+
+
+def evaluate_at_threshold(ctx: RunContext, base: Base, model, step: int, threshold: float) -> None:
+    """One `eval.thresholds` evaluation of the final model, its metrics in `result.threshold_metrics` under the
+    label."""
+    label = threshold_label(threshold)
+    sampler = threshold_config(ctx.cfg, threshold).profile.eval.sampler
+    ctx.result.threshold_metrics[label] = evaluate_stored(ctx, base, model, sampler, label, step)
 
 
 def sampler_preset_from_config(sampler, template: str = "plain", batch_size: int = 16):
@@ -189,5 +202,6 @@ def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
     return run
 
 
-__all__ = ["evaluate_at_threshold", "evaluate_base", "evaluate_final", "evaluate_model", "sampler_preset_from_config",
-           "threshold_config", "threshold_label", "validation_metric"]
+__all__ = ["evaluate_at_threshold", "evaluate_base", "evaluate_final", "evaluate_model", "evaluate_stored",
+           "sampler_preset_from_config", "threshold_config", "threshold_label", "validation_metric",
+           "with_eval_sampler"]

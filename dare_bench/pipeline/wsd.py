@@ -18,7 +18,7 @@ per forward (TPF), each an evaluation row of the run in the store. The final eva
 from __future__ import annotations
 
 from dare_bench.pipeline.context import Base, RunContext
-from dare_bench.pipeline.evaluation import evaluate_model
+from dare_bench.pipeline.evaluation import evaluate_stored
 from dare_bench.pipeline.examples import sft_examples
 from dare_bench.pipeline.plan import _answer_length
 
@@ -31,18 +31,8 @@ def stage_sampler(sampler, block_size: int):
 
 
 def _evaluate_at(ctx: RunContext, base: Base, model, block_size: int, label: str, step: int) -> dict:
-    """Evaluate `model` at `block_size`; the record goes to the store (rank 0), its metrics to the log."""
-    profile = ctx.cfg.profile
-    ev = profile.eval.model_copy(update={"sampler": stage_sampler(profile.eval.sampler, block_size)})
-    cfg = ctx.cfg.model_copy(update={"profile": profile.model_copy(update={"eval": ev})})
-    result, record = evaluate_model(model, base.tokenizer, base.task, cfg, seed=ctx.seed, progress=False,
-                                    label=label, step=step)
-    if ctx.store is not None:
-        ctx.store.add_evaluation(ctx.run_id, record)
-    metric = profile.eval.metric
-    ctx.log(f"wsd {label} (step {step}): {metric} = {result.metrics.get(metric)}, "
-            f"tokens/forward = {result.metrics.get('tokens_per_forward')}")
-    return dict(result.metrics)
+    """Evaluate `model` at `block_size` (an evaluation row `label` of the run)."""
+    return evaluate_stored(ctx, base, model, stage_sampler(ctx.cfg.profile.eval.sampler, block_size), label, step)
 
 
 def train_wsd_stage(ctx: RunContext, base: Base, sink, meter):
