@@ -116,6 +116,12 @@ def _check_threshold_samplers(cfg) -> None:
     checks on the run's model without weights."""
     if not cfg.profile.eval.thresholds:
         return
+    below_one = [t for t in cfg.profile.eval.thresholds if t < 1.0]
+    if below_one and cfg.profile.eval.sampler.top_k == 1:
+        # the samplers' confidence is the probability after the top-k filter: 1.0 for every token under top_k 1, so
+        # a threshold below 1 would commit whole blocks at once and measure nothing
+        raise ConfigError(f"{cfg.reproduction}: eval.thresholds {below_one} with eval.sampler.top_k 1: every token's "
+                          f"confidence is then 1.0; set eval.sampler.top_k to null (or > 1)")
     import torch
 
     from dare_bench.diffusion.sampling import resolve_settings

@@ -73,3 +73,31 @@ def test_a_threshold_the_sampler_refuses_fails_before_any_write(tmp_path):
         reproduce("d1-llada-sudoku", "micro", seed=0, db=f"sqlite:///{db}", overrides=overrides, progress=False,
                   log=lambda _: None)
     assert not db.exists()
+
+
+def test_thresholds_below_one_with_top_k_one_fail_before_any_write(tmp_path):
+    """The block samplers' confidence is the probability after the top-k filter, 1.0 for every token under top_k 1
+    (shown on `block_sample_tokens`): a threshold below 1 would commit every block in one forward, so the pinned
+    entries decode without top_k and the combination is refused before any write."""
+    import torch
+
+    from dare_bench.diffusion.sampling.block import block_sample_tokens
+    from dare_bench.pipeline import reproduce
+
+    logits = torch.randn(2, 5, 11, generator=torch.Generator().manual_seed(0))
+    _, conf = block_sample_tokens(logits, 1.0, 1, None, torch.Generator().manual_seed(0))
+    assert torch.equal(conf, torch.ones_like(conf))
+    _, conf = block_sample_tokens(logits, 1.0, None, None, torch.Generator().manual_seed(0))
+    assert bool((conf < 1.0).all())
+    for name in ("wsd-llada2-sudoku", "wsd-cap-llada2-sudoku", "bdlm-llada2-sudoku"):
+        for scale in ("tiny", "micro"):
+            assert resolve(name, scale)[1].profile.eval.sampler.top_k is None
+    overrides = ["eval.sampler.top_k=1"]
+    with pytest.raises(ConfigError, match=r"eval.thresholds \[0.9\] with eval.sampler.top_k 1"):
+        resolve("wsd-llada2-sudoku", "micro", overrides)
+    resolve("wsd-llada2-sudoku", "micro", [*overrides, "eval.thresholds=[1.0]"])  # 1.0 alone is well defined
+    db = tmp_path / "runs.db"
+    with pytest.raises(ConfigError):
+        reproduce("wsd-llada2-sudoku", "micro", seed=0, db=f"sqlite:///{db}", overrides=overrides, progress=False,
+                  log=lambda _: None)
+    assert not db.exists()
