@@ -57,9 +57,9 @@ def with_eval_sampler(cfg, sampler):
     return cfg.model_copy(update={"profile": profile.model_copy(update={"eval": ev})})
 
 
-def threshold_config(cfg, threshold: float):
-    """`cfg` with its evaluation sampler decoding at `threshold` (every sampler family reads `threshold`)."""
-    return with_eval_sampler(cfg, cfg.profile.eval.sampler.model_copy(update={"threshold": threshold}))
+def threshold_sampler(sampler, threshold: float):
+    """`sampler` decoding at `threshold` (every sampler family reads `threshold`)."""
+    return sampler.model_copy(update={"threshold": threshold})
 
 
 def evaluate_stored(ctx: RunContext, base: Base, model, sampler, label: str, step: int) -> dict:
@@ -80,7 +80,7 @@ def evaluate_at_threshold(ctx: RunContext, base: Base, model, step: int, thresho
     """One `eval.thresholds` evaluation of the final model, its metrics in `result.threshold_metrics` under the
     label."""
     label = threshold_label(threshold)
-    sampler = threshold_config(ctx.cfg, threshold).profile.eval.sampler
+    sampler = threshold_sampler(ctx.cfg.profile.eval.sampler, threshold)
     ctx.result.threshold_metrics[label] = evaluate_stored(ctx, base, model, sampler, label, step)
 
 
@@ -203,5 +203,5 @@ def _mid_training_eval(tokenizer, task, cfg, seed: int, store, run_id: int):
 
 
 __all__ = ["evaluate_at_threshold", "evaluate_base", "evaluate_final", "evaluate_model", "evaluate_stored",
-           "sampler_preset_from_config", "threshold_config", "threshold_label", "validation_metric",
+           "sampler_preset_from_config", "threshold_label", "threshold_sampler", "validation_metric",
            "with_eval_sampler"]

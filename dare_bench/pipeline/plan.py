@@ -125,14 +125,14 @@ def _check_threshold_samplers(cfg) -> None:
     import torch
 
     from dare_bench.diffusion.sampling import resolve_settings
-    from dare_bench.pipeline.evaluation import threshold_config
+    from dare_bench.pipeline.evaluation import threshold_sampler
     from dare_bench.trainers.loop import rollout_settings
 
     meta_model = _run_meta_model(cfg)
     for t in cfg.profile.eval.thresholds:
         try:
             resolve_settings(meta_model, torch.zeros(1, 1, dtype=torch.long), None,
-                             rollout_settings(threshold_config(cfg, t).profile.eval.sampler))
+                             rollout_settings(threshold_sampler(cfg.profile.eval.sampler, t)))
         except SamplerError as exc:
             raise ConfigError(f"{cfg.reproduction}: eval.thresholds {t}: {exc}") from None
 
