@@ -6,7 +6,8 @@ Library module used by `dare_bench.diffusion.sampling`; no command line. Tests:
 - `ExactBlockCache` (SDAR, LLaDA2): committed blocks are encoded once with the block-causal pattern and their keys /
   values kept; the current block then attends to (cache + itself). Because a committed block never changes and a
   block-causal query never sees later blocks, this gives the same logits as recomputing the whole prefix (up to
-  float rounding), so the same tokens as the official recompute samplers.
+  float rounding), so the same tokens as the official recompute samplers. With `hidden` it returns the block's
+  final hidden states and the head, so the sampler applies the LM head to the positions a step may write only.
 - `FastDLLMCache` (LLaDA, Dream; Fast-dLLM, arXiv 2505.22618): at the start of every block the whole canvas is
   encoded once; `prefix` mode keeps the keys / values before the block and re-runs the block plus everything after
   it, `dual` mode keeps all of them and re-runs only the block, writing its fresh keys / values over the stale ones
@@ -18,6 +19,7 @@ Every model call goes through the `forward` callable handed in by the sampler, s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -36,10 +38,12 @@ class ExactBlockCache:
     returning the current block's logits. This saves one model call per block over the official SDAR loop.
     """
 
-    def __init__(self, model, block_size: int, forward: Forward):
+    def __init__(self, model, block_size: int, forward: Forward, hidden: bool = False):
         self.cache = model.new_kv_cache()
         self.block_size = block_size
         self.forward = forward
+        # `block_logits` returns the block's HiddenStates (final-normed states + head) instead of its logits
+        self.hidden = hidden
         self.pending: torch.Tensor | None = None
 
     @property
@@ -58,22 +62,26 @@ class ExactBlockCache:
         mask = block_causal_mask(n, n, self.block_size, device=ids.device)
         self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
 
-    def block_logits(self, block_ids: torch.Tensor) -> torch.Tensor:
-        """Logits of the current block (positions `[length, length + b)`) against the committed blocks."""
+    def block_logits(self, block_ids: torch.Tensor):
+        """Logits of the current block (positions `[length, length + b)`) against the committed blocks (with
+        `hidden`: its `HiddenStates`, states `[B, b, d]`)."""
         cached = len(self.cache)
+        extra = {"return_hidden": True} if self.hidden else {}
         if self.pending is None:
             # every cached key is an earlier block and the block is bidirectional inside: no mask needed
             pos = torch.arange(cached, cached + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)
-            return self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=False)
+            return self.forward(block_ids, position_ids=pos, kv_cache=self.cache, update_cache=False, **extra)
         prev = self.pending
         ids = torch.cat([prev, block_ids], dim=1)
         n = ids.shape[1]
         pos = torch.arange(cached, cached + n, device=ids.device).expand(ids.shape[0], n)
         mask = block_causal_mask(n, cached + n, self.block_size, q_offset=cached, device=ids.device)
-        logits = self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
+        out = self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True, **extra)
         self.cache.crop(cached + prev.shape[1])
         self.pending = None
-        return logits[:, prev.shape[1]:]
+        if self.hidden:
+            return replace(out, states=out.states[:, prev.shape[1]:])
+        return out[:, prev.shape[1]:]
 
     def commit(self, block_ids: torch.Tensor) -> None:
         """Mark a finished block as committed; its keys / values are stored by the next `block_logits`."""

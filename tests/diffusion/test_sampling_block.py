@@ -230,22 +230,86 @@ def test_left_padded_batch_records_one_trajectory_per_row(sdar, llada2, family, 
 
 def test_block_decoding_ends_when_the_model_only_predicts_the_mask_token():
     """A (badly trained) model whose argmax is always the mask token must not make the sampler loop forever."""
+    import dataclasses
+
     import torch
 
     from dare_bench.diffusion.sampling import generate
     from dare_bench.models import load_pretrained
+    from dare_bench.models.lm_head import HiddenStates
 
     model = load_pretrained("tiny-sdar")
     mask_id = model.traits.mask_token_id
     real_forward = model.forward
 
     def mask_loving(*args, **kwargs):
-        logits = real_forward(*args, **kwargs)
-        logits[..., mask_id] = 1e4
-        return logits
+        out = real_forward(*args, **kwargs)
+        if isinstance(out, HiddenStates):  # the exact cache applies the head itself: give its bias the mask token
+            bias = torch.zeros(out.head.weight.shape[0])
+            bias[mask_id] = 1e4
+            return dataclasses.replace(out, head=dataclasses.replace(out.head, bias=bias))
+        out[..., mask_id] = 1e4
+        return out
 
     model.forward = mask_loving
     out = generate(model, torch.tensor([[1, 2, 3, 4]]), gen_length=8, block_length=4, denoising_steps=2,
                    temperature=1.0, top_k=1)
     assert out.sequences.shape[1] >= 12
     assert out.stats.forwards < 40
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (64, 300), (33, 4096)])
+def test_multinomial_one_is_torch_multinomial(shape):
+    """The exact cache's draw (uniforms for every row, the log for the wanted rows only) samples the tokens
+    torch.multinomial samples over all rows, and leaves the generator where torch does; so does the fallback
+    (float64 probabilities: torch's own call with placeholder rows)."""
+    from dare_bench.diffusion.sampling.block import multinomial_matches_torch, multinomial_one
+
+    assert multinomial_matches_torch()
+    n, vocab = shape
+    for seed in range(4):
+        g = torch.Generator().manual_seed(100 + seed)
+        probs = torch.softmax(torch.randn(n, vocab, generator=g) * (1 + 4 * seed), dim=-1)
+        index = torch.randperm(n, generator=g)[: max(1, n // 3)].sort().values
+        for dtype in (torch.float32, torch.float64):
+            p = probs.to(dtype)
+            theirs, ours = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+            want = torch.multinomial(p, 1, generator=theirs).squeeze(-1)
+            assert torch.equal(multinomial_one(p, ours, n), want)
+            assert torch.equal(ours.get_state(), theirs.get_state())
+            theirs, ours = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+            want = torch.multinomial(p, 1, generator=theirs).squeeze(-1)[index]
+            assert torch.equal(multinomial_one(p[index], ours, n, index), want)
+            assert torch.equal(ours.get_state(), theirs.get_state())
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_exact_cache_heads_only_the_positions_a_step_writes(sdar, llada2, family, monkeypatch):
+    """With a plain backbone the cached sampler sends through the LM head only the positions a step may write
+    (masked ones; whole rows where SDAR asks topk for more positions than are masked, which a low threshold
+    forces here): the same tokens as recompute and as the cache with whole-block logits."""
+    from dare_bench.diffusion.sampling import block as block_mod
+
+    model = sdar if family == "sdar" else llada2
+    assert block_mod.head_outside_forward(model) and not block_mod.head_outside_forward(Wrapped(model))
+    seen = {"partial": 0, "whole_rows": 0}
+    real = block_mod.BlockSettings.sampled_positions
+
+    def counting(self, mask_index, quota):
+        need = real(self, mask_index, quota)
+        seen["partial"] += int(bool((~need).any()))
+        seen["whole_rows"] += int(bool((need & ~mask_index).any()))
+        return need
+
+    monkeypatch.setattr(block_mod.BlockSettings, "sampled_positions", counting)
+    b = 4 if family == "sdar" else 8
+    kw = dict(gen_length=4 * b, block_length=b, denoising_steps=b // 2, convention=family, stop_at_eos=False,
+              temperature=1.0, top_k=0, top_p=1.0, threshold=0.3)
+    prompt = _prompt(b + 3, batch=3, seed=4)
+    outs = [generate(model, prompt, use_cache=c, generator=torch.Generator().manual_seed(9), **kw)
+            for c in ("none", "exact")]
+    monkeypatch.setattr(block_mod, "head_outside_forward", lambda m: False)
+    outs.append(generate(model, prompt, use_cache="exact", generator=torch.Generator().manual_seed(9), **kw))
+    assert torch.equal(outs[0].canvas, outs[1].canvas) and torch.equal(outs[1].canvas, outs[2].canvas)
+    assert seen["partial"] > 0
+    assert (seen["whole_rows"] > 0) == (family == "sdar")  # LLaDA2 caps topk at the masks left

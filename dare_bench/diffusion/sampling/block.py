@@ -26,6 +26,7 @@ eos, and `eos_early_stop` returns prompt + tokens (searching eos from position 0
 
 from __future__ import annotations
 
+import functools
 from abc import abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -47,6 +48,7 @@ from dare_bench.diffusion.sampling.core import (
     register_sampler,
 )
 from dare_bench.errors import SamplerError
+from dare_bench.models.base import DiffusionLM
 from dare_bench.models.layers import block_causal_mask
 
 REMASKING_STRATEGIES = ("low_confidence_static", "low_confidence_dynamic", "sequential")
@@ -55,10 +57,16 @@ BLOCK_CACHES = ("exact", "none")
 CONVENTION_ONLY_OPTIONS = frozenset({"editing_threshold", "max_post_steps", "num_to_transfer"})
 
 
-def block_sample_tokens(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
-    """SDAR / LLaDA2 `sample_with_temperature_topk_topp`: one multinomial call over `[B*b, V]`."""
-    shape = logits.shape[:-1]
+def block_sample_tokens(logits, temperature: float, top_k: int | None, top_p: float | None, generator,
+                        rows: torch.Tensor | None = None):
+    """SDAR / LLaDA2 `sample_with_temperature_topk_topp`: one multinomial call over `[B*b, V]`.
+
+    `rows` (bool `[B, b]`): only these positions' tokens are wanted and `logits` holds just their rows (`[n, V]`,
+    row-major order); the random stream advances exactly as the call over all `B*b` rows does, so the wanted
+    tokens are the ones the full call samples. The others come back as 0 with probability 0."""
     flat = logits.reshape(-1, logits.shape[-1])
+    shape = logits.shape[:-1] if rows is None else rows.shape
+    total = flat.shape[0] if rows is None else rows.numel()
     # LLaDA2 at temperature 0 does not scale and still samples (multinomial), as upstream; SDAR never gets here
     # with temperature 0 (refused in SdarSettings.resolve)
     if temperature > 0 and temperature != 1.0:
@@ -74,8 +82,59 @@ def block_sample_tokens(logits, temperature: float, top_k: int | None, top_p: fl
         drop[..., 0] = False
         flat = flat.masked_fill(torch.zeros_like(flat, dtype=torch.bool).scatter(-1, sorted_idx, drop), float("-inf"))
     probs = F.softmax(flat, dim=-1)
-    tok = torch.multinomial(probs, num_samples=1, generator=generator)
-    return tok.view(shape), torch.gather(probs, -1, tok).view(shape)
+    index = None if rows is None else rows.reshape(-1).nonzero().squeeze(-1)
+    tok = multinomial_one(probs, generator, total, index)
+    p0 = torch.gather(probs, -1, tok[:, None]).squeeze(-1)
+    if index is None:
+        return tok.view(shape), p0.view(shape)
+    tokens = torch.zeros(total, dtype=torch.long, device=probs.device)
+    conf = torch.zeros(total, dtype=p0.dtype, device=probs.device)
+    tokens[index], conf[index] = tok, p0
+    return tokens.view(shape), conf.view(shape)
+
+
+def multinomial_one(probs: torch.Tensor, generator, total: int, index: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.multinomial(full, 1, generator=generator)[index]` for a `[total, V]` distribution `full` of which
+    `probs` holds the rows `index` (None: all of them), as `[n]` tokens.
+
+    torch draws one sample as argmax(p / q) with q = Exp(1) from `exponential_` over the whole `[total, V]` input.
+    On CPU a float32 Exp(1) draw is float32(-log1p(-u)) of one float64 uniform `u` per entry, so drawing the
+    uniforms and taking the log of the wanted rows only gives the same tokens and leaves the generator where the
+    full call does, at about a third of `exponential_`'s cost (`multinomial_matches_torch` checks this once per
+    process, `tests/diffusion/test_sampling_block.py` on many draws). Elsewhere the full call runs, with a uniform
+    placeholder in the rows not wanted (the draw of a row does not depend on the other rows)."""
+    vocab = probs.shape[-1]
+    if probs.device.type == "cpu" and probs.dtype == torch.float32 and multinomial_matches_torch():
+        u = torch.empty((total, vocab), dtype=torch.float64, device=probs.device).uniform_(generator=generator)
+        q = torch.log1p(-(u if index is None else u[index])).neg_().to(torch.float32)
+        return (probs / q).argmax(-1)
+    if index is None:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    full = probs.new_full((total, vocab), 1.0 / vocab)
+    full[index] = probs
+    return torch.multinomial(full, 1, generator=generator).squeeze(-1)[index]
+
+
+@functools.cache
+def multinomial_matches_torch() -> bool:
+    """Whether `multinomial_one`'s CPU draw is torch's own on this build: the same tokens and the same generator
+    state after a few draws (else `multinomial_one` calls torch.multinomial)."""
+    probs = torch.softmax(torch.randn(7, 61, generator=torch.Generator().manual_seed(11)) * 3, dim=-1)
+    ours, theirs = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for _ in range(3):
+        u = torch.empty((7, 61), dtype=torch.float64).uniform_(generator=ours)
+        mine = (probs / torch.log1p(-u).neg_().to(torch.float32)).argmax(-1)
+        if not torch.equal(mine, torch.multinomial(probs, 1, generator=theirs).squeeze(-1)):
+            return False
+    return torch.equal(ours.get_state(), theirs.get_state())
+
+
+def head_outside_forward(model) -> bool:
+    """Whether the sampler may apply `model`'s LM head itself to some positions: a plain backbone (not a PEFT /
+    FSDP / compile wrapper, whose head may be adapted, sharded or traced with the forward)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, DiffusionLM) and not isinstance(model, FSDPModule)
 
 
 @register_sampler("block")
@@ -213,6 +272,17 @@ class BlockSettings(SamplerSettings):
         return Trajectory(steps=run.steps, prompt_length=prompt_length, kind="block", mask_id=self.mask_id,
                           block_size=self.block_length)
 
+    def sampled_positions(self, mask_index: torch.Tensor, quota: int) -> torch.Tensor:
+        """Positions (bool `[B, b]`) whose sampled token this step may write: the masked ones, or the whole row
+        where `sequential` writes from its first mask on, masked or not, or where topk is asked for more positions
+        than the row has masks (SDAR's `topk_count`: it then writes unmasked positions too)."""
+        masks = mask_index.sum(1)
+        if self.remasking_strategy == "sequential":
+            whole = masks > 0
+        else:
+            whole = torch.tensor([self.topk_count(quota, k) > k > 0 for k in masks.tolist()], device=masks.device)
+        return mask_index | whole[:, None]
+
     def decode_batch(self, model, prompt: torch.Tensor, run: SamplerRun) -> Decoded:
         """Equal-length prompts: block by block over the absolute grid, `steps` steps per block."""
         mask_id, gen, b, steps = self.mask_id, self.gen_length, self.block_length, self.steps
@@ -226,7 +296,9 @@ class BlockSettings(SamplerSettings):
         sched = [b // steps + (1 if i < b % steps else 0) for i in range(steps)]
         cache = None
         if self.use_cache == "exact":
-            cache = ExactBlockCache(model, b, run.forward)
+            # a plain backbone hands the cache its hidden states, so only the positions a step may write go through
+            # the LM head (the recompute path keeps the official whole-prefix logits)
+            cache = ExactBlockCache(model, b, run.forward, hidden=head_outside_forward(model))
             cache.prefill(x[:, :first_block * b])
         done = torch.zeros(b_sz, dtype=torch.bool, device=device)
         thr, strategy, eos_id = self.threshold, self.remasking_strategy, self.eos_id
@@ -245,13 +317,19 @@ class BlockSettings(SamplerSettings):
                         break
                 else:
                     quota = sched[step]
-                if cache is not None:
-                    logits = cache.block_logits(blk)
+                if cache is not None and cache.hidden:
+                    out = cache.block_logits(blk)
+                    need = self.sampled_positions(mask_index, quota)
+                    x0, p0 = block_sample_tokens(out.head.logits(out.states[need]), self.temperature, self.top_k,
+                                                 self.top_p, self.generator, rows=need)
                 else:
-                    pos = torch.arange(s1, device=device).expand(b_sz, s1)
-                    logits = run.forward(x[:, :s1], position_ids=pos,
-                                         attn_mask=block_causal_mask(s1, s1, b, device=device))[:, s0:s1]
-                x0, p0 = block_sample_tokens(logits, self.temperature, self.top_k, self.top_p, self.generator)
+                    if cache is not None:
+                        logits = cache.block_logits(blk)
+                    else:
+                        pos = torch.arange(s1, device=device).expand(b_sz, s1)
+                        logits = run.forward(x[:, :s1], position_ids=pos,
+                                             attn_mask=block_causal_mask(s1, s1, b, device=device))[:, s0:s1]
+                    x0, p0 = block_sample_tokens(logits, self.temperature, self.top_k, self.top_p, self.generator)
                 conf = torch.where(mask_index, p0, torch.full_like(p0, -torch.inf))
                 transfer = torch.zeros_like(mask_index)
                 for j in range(b_sz):
