@@ -75,6 +75,9 @@ class KVCache:
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
+        # per layer, storage with room past the cached positions, of which keys / values are the leading views:
+        # without grad an append writes the new positions there instead of concatenating a copy of the whole cache
+        self._room: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
 
     def __len__(self) -> int:  # number of cached positions
         k = self.keys[0]
@@ -103,11 +106,32 @@ class KVCache:
             full_v = torch.cat([cv[..., :start, :], v, cv[..., end:, :]], dim=-2)
         elif ck is None:
             full_k, full_v = k, v
-        else:
+        elif torch.is_grad_enabled():
             full_k, full_v = torch.cat([ck, k], dim=-2), torch.cat([cv, v], dim=-2)
+        else:
+            full_k, full_v = self._append(layer, ck, cv, k, v)
         if update:
             self.keys[layer], self.values[layer] = full_k, full_v
         return full_k, full_v
+
+    def _append(self, layer: int, ck, cv, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cache + new) keys / values as views of the layer's storage: the new positions are written after the
+        cached ones (scratch when `update` is off: the next append overwrites them), the storage doubled and the
+        cache copied only when it is full or the cache is not its leading view (first append, after `reorder`)."""
+        cached, n = ck.shape[-2], k.shape[-2]
+        room = self._room[layer]
+        if (room is None or room[0].shape[-2] < cached + n or room[0].shape[:-2] != ck.shape[:-2]
+                or ck.data_ptr() != room[0].data_ptr() or cv.data_ptr() != room[1].data_ptr()
+                or ck.stride() != room[0].stride() or room[0].dtype != k.dtype):
+            capacity = max(2 * (cached + n), 64)
+            room = (ck.new_empty((*ck.shape[:-2], capacity, ck.shape[-1])),
+                    cv.new_empty((*cv.shape[:-2], capacity, cv.shape[-1])))
+            room[0][..., :cached, :] = ck
+            room[1][..., :cached, :] = cv
+            self._room[layer] = room
+        room[0][..., cached:cached + n, :] = k
+        room[1][..., cached:cached + n, :] = v
+        return room[0][..., :cached + n, :], room[1][..., :cached + n, :]
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached positions."""

@@ -141,15 +141,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
         return flash_attention(q, k, v, mask, scale=scale)
     n_rep = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    # decoding on CPU (no grad): SDPA's grouped heads read each key / value head n_rep times instead of a copy of the
+    # whole KV cache n_rep-fold per layer and step; bit-identical there (tests/models/test_attention_backend.py).
+    # Training keeps the explicit repeat, whose backward sums the repeated heads as before.
+    gqa = backend == "sdpa" and n_rep > 1 and q.device.type == "cpu" and not torch.is_grad_enabled()
+    if not gqa:
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     if backend == "sdpa" or mask is None and backend == "flex":
         if mask is not None and mask.dtype == torch.bool:
             empty = ~mask.any(dim=-1, keepdim=True)
             if bool(empty.any()):
                 mask = mask | empty  # avoid NaN; zeroed below
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p,
+                                                     enable_gqa=gqa)
                 return out.masked_fill(empty, 0.0)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p,
+                                              enable_gqa=gqa)
     if backend == "flex":
         if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
                                                                     or v.requires_grad):
