@@ -17,6 +17,12 @@ Not part of CI. Nothing is downloaded: every model is a shrunk checkpoint of a s
     plan's FSDP2 terms are modeled, not yet calibrated on a GPU). CPU smoke: hidden 256, peak not measured.
 (c) `rollout`: tokens/s of the pinned sampler preset dare-llada-math (evaluators/presets.py) on the shrunk 8B-width
     model, 4 prompts of 64 tokens (stand-in ids), after one warm-up call.
+(d) `roofline` (runs first; issue #15 item 7): the machine's ceilings measured in the same run, a device-to-device
+    copy (bytes read + written per second, 2 GiB) and the bf16 GEMM peak (bench/roofline.py, up to 8192^3). The
+    rollout then reports its weight-read bytes/s (forwards x the model's weight bytes: a lower bound, since KV and
+    activations are left out) as a fraction of the copy bandwidth, and its weight-matmul FLOP/s (models/flops.py, a
+    lower bound) as a fraction of the GEMM peak; the FSDP2 step reports 3 x its weight-matmul FLOPs per second
+    against the same peak.
 
 The JSON summary goes to --out (default $OUT/gpu_check.json when $OUT is set, else ./gpu_check.json); the exit code
 is 1 when a pass/fail check failed, 0 otherwise; a check that crashed records its error and the others still run.
@@ -78,6 +84,29 @@ def check_attention(device: str) -> dict:
     return out
 
 
+def check_roofline(device: str) -> dict:
+    import torch
+
+    from dare_bench.bench.roofline import matmul_peak
+
+    out = {"matmul_peak": matmul_peak("bfloat16", device, size=8192 if device == "cuda" else 1024)}
+    n = (1 << 30) if device == "cuda" else (1 << 24)  # bf16 elements: 2 GiB on the GPU (several times its L2)
+    src = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(6):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        dst.copy_(src)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    out["copy_bytes_per_second"] = 2.0 * n * src.element_size() / best  # read + write
+    out["copy_gib"] = n * src.element_size() / 2 ** 30
+    return out
+
+
 def fsdp_worker(args) -> None:
     """Runs under torchrun: one FSDP2 steady-state step; rank 0 writes the JSON result to args.worker_out."""
     import torch
@@ -100,8 +129,10 @@ def fsdp_worker(args) -> None:
     model.train()
     model.gradient_checkpointing_enable()
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # the layers keep their inputs' dtypes, as trainers/distributed.py shard_model does (why: there)
+    layer_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.model.transformer["blocks"]:
-        fully_shard(block, mp_policy=mp)
+        fully_shard(block, mp_policy=layer_mp)
     fully_shard(model, mp_policy=mp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(rank)
@@ -124,6 +155,12 @@ def fsdp_worker(args) -> None:
         torch.cuda.synchronize()
         result["step_s"] = time.perf_counter() - t
         result["measured_peak_bytes"] = torch.cuda.max_memory_allocated()
+        from dare_bench.models.flops import matmul_flops_per_token
+
+        # 2 micro-batches, forward + backward (3x), plus the checkpointed forward's recompute (4x in all)
+        flops = 4 * matmul_flops_per_token(model) * rows * seq * 2
+        result["weight_matmul_flops"] = flops
+        result["flops_per_second"] = flops / result["step_s"]
     else:
         step()
     from dare_bench.models.io import build_model
@@ -175,16 +212,38 @@ def check_rollout(device: str) -> dict:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t
     tokens = prompts.shape[0] * settings["gen_length"]
-    return {"preset": preset.name, "settings": {k: v for k, v in settings.items() if isinstance(v, (int, float, str))},
+    from dare_bench.models.flops import matmul_flops_per_token
+
+    stats = out.stats
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    extra = {"weight_bytes": weight_bytes, "token_forwards": getattr(stats, "token_forwards", None),
+             "weight_read_bytes_per_second": stats.forwards * weight_bytes / dt,
+             "weight_matmul_flops_per_second": matmul_flops_per_token(model) * stats.token_forwards / dt}
+    return {**extra, "preset": preset.name,
+            "settings": {k: v for k, v in settings.items() if isinstance(v, (int, float, str))},
             "rows": prompts.shape[0], "generated_tokens": tokens, "seconds": dt, "tokens_per_s": tokens / dt,
             "forwards": getattr(out.stats, "forwards", None)}
+
+
+def _fractions(checks: dict) -> None:
+    """Each measured rate as a fraction of the ceiling `roofline` measured in the same run (issue #15 item 7)."""
+    roof = checks.get("roofline", {})
+    peak = roof.get("matmul_peak", {}).get("flops_per_second")
+    bandwidth = roof.get("copy_bytes_per_second")
+    rollout, step = checks.get("rollout", {}), checks.get("fsdp2_step", {})
+    if bandwidth and "weight_read_bytes_per_second" in rollout:
+        rollout["fraction_of_copy_bandwidth"] = rollout["weight_read_bytes_per_second"] / bandwidth
+    if peak and "weight_matmul_flops_per_second" in rollout:
+        rollout["fraction_of_matmul_peak"] = rollout["weight_matmul_flops_per_second"] / peak
+    if peak and "flops_per_second" in step:
+        step["fraction_of_matmul_peak"] = step["flops_per_second"] / peak
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
     ap.add_argument("--out", default=None, help="JSON summary path (default $OUT/gpu_check.json or ./gpu_check.json)")
-    ap.add_argument("--only", default="attention,fsdp2_step,rollout", help="comma-separated checks to run")
+    ap.add_argument("--only", default="roofline,attention,fsdp2_step,rollout", help="comma-separated checks to run")
     ap.add_argument("--fsdp-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -201,7 +260,8 @@ def main(argv=None) -> int:
     out = Path(args.out or Path(os.environ.get("OUT", ".")) / "gpu_check.json")
     summary = {"device": args.device, "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None, "checks": {}}
-    checks = {"attention": lambda: check_attention(args.device),
+    checks = {"roofline": lambda: check_roofline(args.device),
+              "attention": lambda: check_attention(args.device),
               "fsdp2_step": lambda: check_fsdp2(args.device, timeout=300),
               "rollout": lambda: check_rollout(args.device)}
     failed = False
@@ -219,6 +279,7 @@ def main(argv=None) -> int:
         verdicts = [v["pass"] for v in summary["checks"][name].values() if isinstance(v, dict) and "pass" in v]
         failed |= not all(verdicts)
         print(f"{name}: {json.dumps(summary['checks'][name], default=str)[:600]}", flush=True)
+    _fractions(summary["checks"])
     summary["ok"] = not failed
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2, default=str))

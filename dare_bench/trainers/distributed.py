@@ -107,8 +107,14 @@ def shard_model(model, info: DistInfo, compute_dtype: str | None = None):
 
     dtype = COMPUTE_DTYPES[compute_dtype or "float32"]
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    # A layer's inputs keep their dtypes: the hidden states are already in the compute dtype (the root's embedding
+    # runs in it), and the rotary cos / sin stay float32 as the models pass them (rope in full precision). Casting
+    # them is also unsafe under activation checkpointing: FSDP2 skips its pre-forward hook, the cast included, when
+    # the backward recomputes a layer, so the recompute sees float32 where the forward saw bf16 and torch.utils.
+    # checkpoint refuses the mismatch (seen on an H200 with bf16 compute, issue #15 / #17's GPU script).
+    layer_policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for layer in decoder_layers(model):
-        fully_shard(layer, mp_policy=policy)
+        fully_shard(layer, mp_policy=layer_policy)
     fully_shard(model, mp_policy=policy)
     return model
 

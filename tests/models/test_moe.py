@@ -58,7 +58,7 @@ def _run(block, mode, x, *, backward=False):
     assert (n >= 1) if mode == "grouped" else (n == 0), block.experts.fallback_reason  # the grouped path ran
     grads = None
     if backward:
-        (out.float() * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+        (out.float() * torch.linspace(-1, 1, out.shape[-1], device=out.device)).sum().backward()
         grads = {"input": x.grad, **{n: p.grad for n, p in block.named_parameters()}}
     return out.detach(), logits, idx, grads
 
@@ -159,6 +159,37 @@ def test_grouped_equals_loop_bf16(kind):
             err_grouped = (grouped[3][name].float() - g_ref).abs().max()
             bf16_ulp = g_ref.abs().max() * 2 ** -8
             assert err_grouped <= err_loop + bf16_ulp, name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(BLOCKS))
+def test_grouped_mm_on_cuda_equals_loop(kind, monkeypatch):
+    """CUDA bf16, where the grouped path is `torch._grouped_mm` itself (counted): outputs within one bf16 rounding
+    of the loop's, and gradients no further from the fp32 loop's (TF32 off) than the bf16 loop's own."""
+    calls = [0]
+    real = torch._grouped_mm
+
+    def counted(*a, **k):
+        calls[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch, "_grouped_mm", counted)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    block = BLOCKS[kind]().cuda()
+    x = torch.randn(2, 96, 64, generator=torch.Generator().manual_seed(3)).cuda()
+    ref = _run(block, "loop", x, backward=True)
+    block = block.to(torch.bfloat16)
+    loop = _run(block, "loop", x.bfloat16(), backward=True)
+    grouped = _run(block, "grouped", x.bfloat16(), backward=True)
+    assert calls[0] >= 2, "the grouped path did not reach torch._grouped_mm on CUDA"
+    assert torch.equal(loop[2], grouped[2])
+    torch.testing.assert_close(grouped[0], loop[0], atol=2 ** -7, rtol=2 ** -7)
+    for name, g_ref in ref[3].items():
+        assert (loop[3][name] is None) == (grouped[3][name] is None) == (g_ref is None), name
+        if g_ref is not None:
+            err_loop = (loop[3][name].float() - g_ref).abs().max()
+            err_grouped = (grouped[3][name].float() - g_ref).abs().max()
+            assert err_grouped <= err_loop + g_ref.abs().max() * 2 ** -7, name
 
 
 @pytest.mark.parametrize("kind", ["llada2-k2-shared", "qwen3-k2-norm"])
