@@ -195,9 +195,6 @@ class Task:
     kind: str = "math"
     #: (stand-in task, what kind of RL it stands in for, why this task has no tiny scale); None: no stand-in
     cpu_stand_in: tuple[str, str, str] | None = None
-    #: Why a scale this task would have is not offered yet (scale -> reason), e.g. a procedural task whose tiny base
-    #: no recipe has calibrated: asking for it says so instead of training for an hour to a failed base.
-    scale_reasons: dict[str, str] = {}
 
     def __init__(self) -> None:
         self._graders: dict[str, GraderFn] = self.build_graders()
@@ -251,15 +248,9 @@ class Task:
         """The one-line reason there is no `scale` for this task, naming what to run instead."""
         if self.cpu_stand_in is not None:
             stand_in, kind, why = self.cpu_stand_in
-            from dare_bench.tasks import get_task
-
-            stand = get_task(stand_in)
-            later = "" if stand.offers_scale(scale) else f" (at {', '.join(stand.scales)} scale for now)"
             return (f"{self.name} has no {scale} scale ({why}); for CPU-scale {kind} RL use `{stand_in}`: "
-                    f"dare-bench reproduce {algorithm}-{backbone}-{stand_in}{later}")
+                    f"dare-bench reproduce {algorithm}-{backbone}-{stand_in}")
         offered = ", ".join(self.scales)
-        if scale in self.scale_reasons:
-            return f"{self.name} has no {scale} scale yet ({self.scale_reasons[scale]}); its scales: {offered}"
         return (f"{self.name} has no {scale} scale ({self.name} is dare-bench's procedural CPU-scale task: no "
                 f"published recipe or real checkpoint trains on it); its scales: {offered}")
 

@@ -26,14 +26,19 @@ Graders: ``dare`` (DARE's MBPP harness: code extraction, its import preamble, as
 ``strict`` (the named function must be defined; asserts only). Reward = pass/fail as in DARE's code reward: 1.0 iff
 every hidden assert passes, else 0.0 (no partial credit; ``score`` = ``reward``). d1 has no code grader.
 
-Tiny format (lengths checked in tests/tasks/test_pyfunc.py)::
+Tiny format (lengths checked in tests/tasks/test_pyfunc.py), HumanEval's shape: the prompt is the docstring, then
+the signature; the answer is the body that follows it::
 
     task = get_task("pyfunc"); ds = task.generate(4, seed=0)            # difficulty=1 (default), 2 or 3
-    task.format_prompt(ds[0])      # "count of 'c': g('cabd')==1; g('cdbcb')==2\\n"   (<= 96 / 136 / 176 characters)
-    task.format_answer(ds[0])      # "def g(s):return s.count('c')"   (<= 32 / 48 / 64 characters)
+    task.format_prompt(ds[0])      # "count of 'c': g('cabd')==1; g('cdbcb')==2\\ndef g(s):"  (<= 105 / 145 / 185 chars)
+    task.format_answer(ds[0])      # "return s.count('c')"   (<= 23 / 39 / 55 characters)
 
-(limits at difficulty 1 / 2 / 3; answers are one line, no trailing newline; the chat prompt for real checkpoints
-asks for the function "that satisfies this docstring" and shows the docstring in triple quotes.)
+(limits at difficulty 1 / 2 / 3; answers are one line, no trailing newline.) A completion that defines no
+``name(...)`` is read as the body of the prompt's signature, as HumanEval's harness runs prompt + completion: the
+graders run ``def g(s):`` + completion. Why the signature sits in the prompt: with the whole ``def`` as the answer,
+the LLaDA replica plateaued near 7-10 % pass@1 (calibration scans: _defaults/tasks/pyfunc.yaml). The chat prompt for
+real checkpoints asks for the whole function "that satisfies this docstring" and shows the docstring in triple
+quotes; a completion that defines the function is graded as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -264,17 +270,31 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
 # ---------------------------------------------------------------------------------------------- the task
 
 
+def signature(item: Item) -> str:
+    """The function's first line, which the tiny prompt ends with: ``def g(s):``."""
+    return f"def {item.extra['name']}({item.extra.get('arg', 'x')}):"
+
+
+def as_program(text: str, item: Item) -> str:
+    """The completion as the graders read it: a completion that defines no ``name(...)`` is the body of the prompt's
+    signature (the tiny format; HumanEval's harness likewise runs prompt + completion), one that does stands alone."""
+    if re.search(rf"\bdef\s+{re.escape(item.extra['name'])}\s*\(", text):
+        return text
+    return signature(item) + text
+
+
 def _grade_dare(text: str, item: Item):
-    return dare.grade_code(text, item, "mbpp")
+    return dare.grade_code(as_program(text, item), item, "mbpp")
+
+
+def _grade_strict(text: str, item: Item):
+    return strict.grade_mbpp(as_program(text, item), item)
 
 
 class PyFuncTask(Task):
     name = "pyfunc"
     kind = "code"
-    scales = ("micro",)
-    scale_reasons = {"tiny": "no tiny base reaches its target: the LLaDA replica passes 0 of 256 test functions "
-                             "through SFT step 700, and with training functions on new inputs it plateaus "
-                             "near 7 % from step 625 to 950 (the scans: _defaults/tasks/pyfunc.yaml)"}
+    scales = ("tiny", "micro")
     parallel_grading = True
     has_generator = True
     hf_hint = "<none: procedural (dare-bench)>"
@@ -288,7 +308,7 @@ class PyFuncTask(Task):
         check_unseen_functions(options["unseen_functions"])
 
     def build_graders(self) -> dict[str, GraderFn]:
-        return {"dare": _grade_dare, "strict": strict.grade_mbpp}
+        return {"dare": _grade_dare, "strict": _grade_strict}
 
     def default_generated_size(self, split: str) -> int:
         return 256 if split == "test" else 20000
@@ -332,10 +352,11 @@ class PyFuncTask(Task):
         return TaskDataset(self.name, split, items, source=source, fingerprint=sha256_items(items))
 
     def plain_prompt(self, item: Item) -> str:
-        return f"{item.extra['docstring']}\n"
+        return f"{item.extra['docstring']}\n{signature(item)}"
 
     def format_answer(self, item: Item, grader: str | None = None) -> str:
-        solution = item.extra.get("solution")
-        if not solution:
-            raise DataError(f"pyfunc item {item.index} has no gold solution")
-        return str(solution)
+        """The gold body after the prompt's signature (``return s.count('c')``)."""
+        solution, head = str(item.extra.get("solution") or ""), signature(item)
+        if not solution.startswith(head):
+            raise DataError(f"pyfunc item {item.index} has no gold solution that starts with {head!r}")
+        return solution[len(head):]

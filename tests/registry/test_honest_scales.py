@@ -57,7 +57,7 @@ def test_a_released_checkpoint_names_its_shrunk_cpu_path(registry):
 
 
 def test_procedural_tasks_are_tiny_and_micro_only(registry):
-    for task, scales in (("arith", {"tiny", "micro"}), ("pyfunc", {"micro"})):  # pyfunc: no tiny base yet
+    for task, scales in (("arith", {"tiny", "micro"}), ("pyfunc", {"tiny", "micro"})):
         specs = [s for s in registry if s.task == task]
         assert specs
         for spec in specs:
@@ -66,12 +66,11 @@ def test_procedural_tasks_are_tiny_and_micro_only(registry):
                 spec.resolve("paper")
 
 
-def test_an_uncalibrated_tiny_scale_says_why(registry):
+def test_code_tasks_name_pyfunc_at_tiny_scale(registry):
     with pytest.raises(ConfigError) as err:
-        registry.get("d1-llada-pyfunc").resolve("tiny")
-    assert str(err.value).startswith("pyfunc has no tiny scale yet (no tiny base reaches its target")
-    with pytest.raises(ConfigError, match=r"dare-bench reproduce d1-llada-pyfunc \(at micro scale for now\)"):
         registry.get("d1-llada-humaneval").resolve("tiny")
+    assert str(err.value) == ("humaneval has no tiny scale (a tiny replica cannot learn HumanEval); for CPU-scale "
+                              "code RL use `pyfunc`: dare-bench reproduce d1-llada-pyfunc")
 
 
 def test_the_exact_message_of_the_issue(registry):
@@ -126,7 +125,7 @@ def test_the_tiny_grid_is_complete(registry):
                 name = f"{algorithm}-{backbone}-{task}"
                 if name not in registry.names():
                     missing.append(name)
-                elif "tiny" not in registry.get(name).scales and task != "pyfunc":  # pyfunc: no tiny base yet
+                elif "tiny" not in registry.get(name).scales:
                     missing.append(f"{name} (no tiny scale)")
     assert not missing, missing
 
@@ -143,9 +142,7 @@ def test_task_scales_are_declared_consistently():
         task = get_task(name)
         assert task.scales == ("paper",) and task.cpu_stand_in is not None
         stand_in = get_task(task.cpu_stand_in[0])
-        # pyfunc offers micro until a tiny base is calibrated, and says why for tiny
-        assert stand_in.scales == ("tiny", "micro") or (stand_in.scales == ("micro",) and "tiny" in
-                                                          stand_in.scale_reasons)
+        assert stand_in.scales == ("tiny", "micro")
     assert get_task("sudoku").scales == ("paper", "tiny", "micro")
 
 

@@ -105,13 +105,16 @@ def test_difficulty_is_the_number_of_composed_operations_and_out_of_range_is_ref
 def test_tiny_format_lengths_and_the_tokenizer_round_trips():
     tok = build_task_tokenizer("pyfunc")
     assert len(tok) < 80
-    limits = {1: (96, 32), 2: (136, 48), 3: (176, 64)}  # (prompt, answer) characters, documented in pyfunc.py
+    limits = {1: (105, 23), 2: (145, 39), 3: (185, 55)}  # (prompt, answer) characters, documented in pyfunc.py
     for d, (max_prompt, max_answer) in limits.items():
         for split in ("train", "test"):
             for item in TASK.generate(300, seed=2, split=split, difficulty=d):
                 prompt, answer = TASK.format_prompt(item, "plain"), TASK.format_answer(item)
                 assert len(prompt) <= max_prompt and len(answer) <= max_answer
-                assert answer.startswith(f"def {item.extra['name']}({item.extra['arg']}):return ")
+                # HumanEval's shape: the prompt ends with the signature, the answer is the body
+                assert prompt.endswith(f"\ndef {item.extra['name']}({item.extra['arg']}):")
+                assert answer.startswith("return ")
+                assert prompt[prompt.index("\n") + 1:] + answer == item.extra["solution"]
                 ids = tok(prompt + answer)["input_ids"]
                 assert tok.unk_token_id not in ids and tok.decode(ids) == prompt + answer
 
@@ -138,6 +141,17 @@ def test_gold_passes_its_hidden_tests_through_the_sandbox(monkeypatch):
         assert all(r.correct and r.reward == 1.0 and r.score == 1.0 for r in res), [r.details for r in res]
     assert len(calls) == 2 * len(items)  # every verdict came from a sandboxed run
     assert all(json.loads(it.ground_truth)[-1] in prog for it, prog in zip(items + items, calls))
+
+
+def test_a_body_is_graded_after_the_prompts_signature_and_a_whole_function_as_it_is(monkeypatch):
+    calls = _spy(monkeypatch)
+    item = TASK.generate(1, seed=0, split="test")[0]
+    body, whole = TASK.format_answer(item), item.extra["solution"]
+    for grader in ("dare", "strict"):
+        res = TASK.grade_many([body, whole, "return None"], [item] * 3, grader=grader)
+        assert [r.correct for r in res] == [True, True, False], [r.details for r in res]
+    # the body ran as `def name(arg):` + body, the same program text as the whole function
+    assert sum(whole in prog for prog in calls) == 2 * 2 and len(calls) == 2 * 3
 
 
 def test_wrong_solutions_fail():
