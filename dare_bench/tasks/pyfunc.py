@@ -259,7 +259,7 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
             continue
         name = rng.choice(NAMES)
         calls = [(f"{name}({literal(x)})", literal(fn(x))) for x in inputs]
-        doc = spec(fn) + ": " + "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES])
+        doc = "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES]) + ": " + spec(fn)
         out.append({"name": name, "arg": VARS[fn.family], "docstring": doc,
                     "tests": [f"assert {c}=={r}" for c, r in calls[N_EXAMPLES:]],
                     "solution": f"def {name}({VARS[fn.family]}):return {fn.expr}", "expr": fn.expr, "family": fn.family,
