@@ -6,9 +6,9 @@ same sandboxed path as DARE's code RL. No official recipe exists (no ``paper`` s
 
 Problems: a function ``f`` (name drawn from f / g / h) of one argument — ``x`` an int, ``a`` a list of ints or ``s``
 a string — composed of ``difficulty`` operations (1..3), e.g. ``x*3+1``, ``sum(a[1:])``, ``len(a[::-1]*2)``,
-``s.count('a')+2``. The docstring, as a real one does, says what the function does — the operations' words in the
-order they apply (``Op.words``: "times 3, plus 1", "after the first, sum", "count of 'a', plus 2") — then gives two
-input/output examples with different outputs. Hidden tests: four asserts on other inputs. Gold:
+``s.count('a')+2``. The docstring gives two input/output examples with different outputs, then says what the
+function does, as a real one does — the operations' words in the order they apply (``Op.words``: "times 3, plus 1",
+"after the first, sum", "count of 'a', plus 2"). Hidden tests: four asserts on other inputs. Gold:
 ``def f(x):return <expr>``.
 
 Splits never share a problem. By default (``unseen_functions=True``) they never share a *function*: a function's
@@ -30,13 +30,14 @@ Tiny format (lengths checked in tests/tasks/test_pyfunc.py), HumanEval's shape: 
 the signature; the answer is the body that follows it::
 
     task = get_task("pyfunc"); ds = task.generate(4, seed=0)            # difficulty=1 (default), 2 or 3
-    task.format_prompt(ds[0])      # "count of 'c': g('cabd')==1; g('cdbcb')==2\\ndef g(s):"  (<= 105 / 145 / 185 chars)
+    task.format_prompt(ds[0])      # "g('cabd')==1; g('cdbcb')==2: count of 'c'\\ndef g(s):"  (<= 105 / 145 / 185 chars)
     task.format_answer(ds[0])      # "return s.count('c')"   (<= 23 / 39 / 55 characters)
 
 (limits at difficulty 1 / 2 / 3; answers are one line, no trailing newline.) A completion that defines no
 ``name(...)`` is read as the body of the prompt's signature, as HumanEval's harness runs prompt + completion: the
-graders run ``def g(s):`` + completion. Why the signature sits in the prompt: with the whole ``def`` as the answer,
-the LLaDA replica plateaued near 7-10 % pass@1 (calibration scans: _defaults/tasks/pyfunc.yaml). The chat prompt for
+graders run ``def g(s):`` + completion. Why the signature sits in the prompt, and the spec right before it: with
+the whole ``def`` as the answer the LLaDA replica plateaued near 7-10 % pass@1, and with the spec first it copied
+the constants slowly (calibration scans: _defaults/tasks/pyfunc.yaml). The chat prompt for
 real checkpoints asks for the whole function "that satisfies this docstring" and shows the docstring in triple
 quotes; a completion that defines the function is graded as it is.
 """
@@ -259,6 +260,8 @@ def generate_pyfunc(n: int, seed: int = 0, split: str = "test", difficulty: int 
             continue
         name = rng.choice(NAMES)
         calls = [(f"{name}({literal(x)})", literal(fn(x))) for x in inputs]
+        # the examples, then the spec: the spec's constants end up a fixed distance before the body that copies
+        # them (the tiny format puts the signature after the docstring), which the replica learns to copy sooner
         doc = "; ".join(f"{c}=={r}" for c, r in calls[:N_EXAMPLES]) + ": " + spec(fn)
         out.append({"name": name, "arg": VARS[fn.family], "docstring": doc,
                     "tests": [f"assert {c}=={r}" for c, r in calls[N_EXAMPLES:]],

@@ -75,7 +75,8 @@ def test_the_docstring_states_the_operations_in_the_order_they_apply():
     assert len({(op.src, op.words) for op in OPS}) == len(OPS)
     for p in generate_pyfunc(200, seed=3, split="train", difficulty=2):
         fn = compose(p["family"], [OPS[i] for i in p["ops"]])
-        assert p["docstring"].startswith(spec(fn) + ": " + p["name"] + "(")
+        # the examples first, then the words: "g(3)==10; g(7)==22: times 3, plus 1"
+        assert p["docstring"].startswith(p["name"] + "(") and p["docstring"].endswith(": " + spec(fn))
 
 
 def test_test_functions_are_unseen_combinations_of_operations_training_shows():
