@@ -36,6 +36,7 @@ def test_winners_table_image_and_readme_block(winners_db, tmp_path):
     assert (llada["winner"], llada["runner-up"], llada["margin"], llada["CIs separate"]) == ("d1", "sft", "+0.200",
                                                                                           "no")
     assert llada["score"].startswith("0.450 ± ") and llada["score"].endswith("(n=2)")
+    assert llada["vs base"].startswith("+0.350 ± ")  # finals 0.40 / 0.50 from bases at 0.1
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{START}\nold\n{END}\n\nafter\n")
     image = tmp_path / "docs" / "w.png"
