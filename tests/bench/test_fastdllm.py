@@ -99,6 +99,19 @@ def test_every_setting_is_timed_on_both_sides_and_the_tokens_compared(tmp_path):
     assert "model" not in sys.modules and "generate" not in sys.modules  # the clone's generic names are dropped
 
 
+def test_a_small_vocabulary_checkpoint_has_its_ids_at_the_end_and_runs(tmp_path):
+    """`--vocab`: the layers, not the 126k-row head, make the bulk of a forward (as in the 8B original)."""
+    from dare_bench.bench.fastdllm import measure, write_checkpoint
+    from dare_bench.models import load_pretrained
+
+    model = load_pretrained(str(write_checkpoint(tmp_path / "ckpt", layers=1, hidden=128, seed=0, vocab=300)))
+    traits = model.traits
+    assert model.output_head().weight.shape[0] == 300
+    assert (traits.mask_token_id, traits.eos_token_id, traits.pad_token_id) == (299, 298, 298)
+    out = measure(_fake_clone(tmp_path / "clone"), vocab=300, **{**SMALL, "batches": (2,), "rounds": 1})
+    assert all(r["same_tokens"] for r in out["rows"]) and "vocabulary 300" in out["settings"]["checkpoint"]
+
+
 def test_other_tokens_are_reported(tmp_path):
     from dare_bench.bench.fastdllm import measure
 
@@ -120,6 +133,7 @@ def test_a_missing_clone_is_one_error(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--gen-lengths", "40"], "multiple of the block length 32"),
     (["--batches", "0"], "each must be >= 1"),
+    (["--checkpoint", "/nonexistent", "--vocab", "512"], "--vocab shapes the shrunk checkpoint"),
 ])
 def test_bad_options_are_one_line(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "bench", "fastdllm", "--official",
