@@ -35,7 +35,8 @@ much larger share of a forward than in the 8B original, so these ratios are an u
 `--vocab N` builds the other extreme, a checkpoint whose layers are the bulk of a forward (e.g. `--layers 3 --hidden
 1024 --vocab 4096`, 49M parameters, as in 8B where the head is ~7 % of a forward's FLOPs).
 
-Measured (1 thread, machine shared with one training job, gen 128, identical tokens and forwards everywhere):
+Measured (1 thread, machine shared with one training job, gen 128, identical tokens everywhere; at batch 1 equal
+forwards):
 - real vocabulary, 2 layers, hidden 256 (66.5M): prefix 4.97-7.75x, dual 2.36-3.77x the official tokens/s
   (batch 1 and 8, threshold and fixed schedule);
 - vocabulary 4096, 3 layers, hidden 1024 (49.3M), fixed schedule: batch 1 dual 1.04x, prefix 1.07x; batch 8 dual
@@ -251,9 +252,9 @@ def register(group: typer.Typer) -> None:
             raise DareBenchError(f"--batches {sizes}: each must be >= 1")
         if bad:
             raise DareBenchError(f"--gen-lengths {bad}: each must be a positive multiple of the block length {BLOCK}")
-        torch.set_num_threads(threads)
         if checkpoint and vocab is not None:
             raise DareBenchError("--vocab shapes the shrunk checkpoint; it does not apply to --checkpoint")
+        torch.set_num_threads(threads)
 
         def progress(row):  # a run takes minutes: one line per setting on stderr, the table at the end
             typer.echo(f"{row['cache']} {row['schedule']} batch {row['batch']} gen {row['gen_length']}: "
