@@ -4,8 +4,8 @@ What it does: a read-only Streamlit app over the results store. An overview answ
 backbone × task at one scale: the winner, its margin over the runner-up, whether their CIs separate). For one
 backbone and ONE scale at a time it shows the algorithm × task matrix of final scores (mean, 95 % CI over seeds,
 number of runs, winner starred; gains over the base and over a compute-matched SFT control), stability (reward
-with seed bands, reward-collapse flags), score against tokens per forward, the
-paper's reported values next to ours (ours ×100: the store keeps fractions, papers print percentages), training
+with seed bands, reward-collapse flags, the ELBO methods' MC-sample sensitivity), score against tokens per forward,
+the paper's reported values next to ours (ours ×100: the store keeps fractions, papers print percentages), training
 curves (reward, loss, KL, tokens per forward) overlaid per algorithm with the per-stage time breakdown, and a
 drill-down into one run (resolved config, run record, sampler preset, a page of per-sample outputs).
 
@@ -72,6 +72,11 @@ def _seed_bands(url: str, backbone: str, task: str, scale: str, modified: bool) 
 def _collapses(url: str, backbone: str, task: str, scale: str, drop: float, modified: bool) -> pd.DataFrame:
     return data.reward_collapses(_engine(url), backbone=backbone, task=task, scale=scale, drop=drop,
                                  include_modified=modified)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def _mc(url: str, backbone: str, task: str, scale: str) -> pd.DataFrame:
+    return data.mc_sensitivity(_engine(url), backbone=backbone, task=task, scale=scale)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -333,6 +338,28 @@ def main() -> None:
         st.markdown(f"**Reward collapses** (drop > {threshold:g}): {len(collapses)} run(s)")
         if len(collapses):
             st.dataframe(collapses, width="stretch", hide_index=True)
+        st.markdown("**MC-sample sensitivity** (the ELBO methods' final score against `train.mc_samples`)")
+        mc = _mc(url, backbone, stab_task, scale)
+        if algorithms:
+            mc = mc[mc["algorithm"].isin(algorithms)]
+        if mc.empty:
+            st.info(f"No algorithm has runs at two or more MC counts for {backbone} × {stab_task} at {scale} scale. "
+                    f"Sweep one: `dare-bench sweep bgpo-{backbone}-{stab_task} --scale {scale} "
+                    f"--set {data.MC_KNOB}=8`.")
+        else:
+            st.caption("Mean final score over seeds, bars = 95 % CI; the pinned runs and the runs whose only "
+                       f"override is `{data.MC_KNOB}` (whatever the modified-runs switch says).")
+            mc = mc.assign(low=mc["mean"] - mc["ci95"].fillna(0.0), high=mc["mean"] + mc["ci95"].fillna(0.0),
+                           series=[f"{a} @ {b[:8]}" if b else a for a, b in zip(mc["algorithm"], mc["base"])])
+            base = alt.Chart(mc).encode(x=alt.X("mc_samples:Q", title="MC samples", scale=alt.Scale(type="log",
+                                                                                                   base=2)),
+                                        color=alt.Color("series:N", title="algorithm"))
+            chart = (base.mark_line(point=True).encode(y=alt.Y("mean:Q", title="final score"),
+                                                       tooltip=["algorithm", "mc_samples", "mean", "ci95", "n",
+                                                                "pinned"])
+                     + base.mark_errorbar().encode(y="low:Q", y2="high:Q"))
+            st.altair_chart(chart.properties(height=260), width="stretch")
+            st.dataframe(mc.drop(columns=["low", "high", "series"]), width="stretch", hide_index=True)
 
     with tab_tpf:
         st.subheader(f"Speed vs quality — {backbone}, {scale} scale")

@@ -365,6 +365,54 @@ def reward_collapses(engine: Engine, *, backbone: str, task: str, scale: str, dr
     return pd.DataFrame(rows, columns=["run_id", "algorithm", "seed", "step", "peak", "reward", "drop"])
 
 
+MC_KNOB = "train.mc_samples"
+
+
+def mc_sensitivity(engine: Engine, *, backbone: str, task: str, scale: str) -> pd.DataFrame:
+    """The MC-sample sensitivity of the ELBO methods (DARE's analysis of BGPO / SPG): per algorithm, base and
+    `train.mc_samples` value, the final score's mean and 95 % CI over runs (seeds) and its gain over the base.
+
+    A sensitivity sweep changes one knob, so it reads the pinned runs and the runs whose only override is
+    `train.mc_samples=K` (`dare-bench sweep bgpo-llada-sudoku --set train.mc_samples=8`); a run with any other
+    override would confound the comparison and is left out. Only (algorithm, base) pairs measured at two or more
+    MC counts are returned; `pinned` marks the count the registry entry pins."""
+    sql = f"""
+        SELECT r.algorithm AS algorithm, COALESCE(r.base_sha256, '') AS base, r.modified AS modified,
+               r.overrides_json AS overrides_json, r.config_json AS config_json, e.primary_metric AS metric,
+               e.primary_value AS final,
+               (SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = r.id AND eb.checkpoint = 'base'
+                  AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1) AS base_value
+        FROM ({_FINALS.format(modified='')}) f JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
+        WHERE f.task = :task
+    """
+    columns = ["algorithm", "base", "metric", "mc_samples", "pinned", "n", "mean", "ci95", "vs_base", "vs_base_ci95"]
+    runs = _df(engine, sql, backbone=backbone, scale=scale, task=task)
+    kept = []
+    for row in runs.itertuples():
+        overrides = json.loads(row.overrides_json or "[]")
+        if any(not str(o).startswith(MC_KNOB + "=") for o in overrides):
+            continue
+        mc = json.loads(row.config_json or "{}").get("profile", {}).get("train", {}).get("mc_samples")
+        if mc is None:  # the algorithm takes no MC count (its plug-in default applies): nothing to vary
+            continue
+        kept.append({"algorithm": row.algorithm, "base": row.base, "metric": row.metric, "mc_samples": int(mc),
+                     "pinned": not bool(row.modified), "final": row.final, "gain": row.final - row.base_value
+                     if row.base_value is not None else float("nan")})
+    rows = []
+    for (algorithm, base, metric), g in pd.DataFrame(kept, columns=["algorithm", "base", "metric", "mc_samples",
+                                                                    "pinned", "final", "gain"]).groupby(
+            ["algorithm", "base", "metric"]):
+        if g["mc_samples"].nunique() < 2:
+            continue
+        for mc, at in g.groupby("mc_samples"):
+            mean, ci, n = _mean_ci(at["final"])
+            gain, gain_ci, _ = _mean_ci(at["gain"])
+            rows.append({"algorithm": algorithm, "base": base, "metric": metric, "mc_samples": int(mc),
+                         "pinned": bool(at["pinned"].any()), "n": n, "mean": mean, "ci95": ci, "vs_base": gain,
+                         "vs_base_ci95": gain_ci})
+    return pd.DataFrame(rows, columns=columns).sort_values(["algorithm", "base", "mc_samples"]).reset_index(drop=True)
+
+
 def accuracy_vs_tpf(engine: Engine, *, backbone: str, scale: str, include_modified: bool = False) -> pd.DataFrame:
     """Every final evaluation of this backbone and scale: its primary metric against tokens per forward (the
     hardware-independent speed / quality view of d3LLM's AUP leaderboard)."""

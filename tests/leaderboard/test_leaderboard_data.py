@@ -293,3 +293,34 @@ def test_accuracy_against_tokens_per_forward(winners_db, tmp_path):
     store.add_evaluation(run_id, ev.model_copy(update={"metrics": {"accuracy": 0.6, "tokens_per_forward": 3.5}}))
     points = L.accuracy_vs_tpf(L.open_reader(store.url), backbone="llada", scale="micro")
     assert list(points["tokens_per_forward"]) == [3.5] and list(points["value"]) == [0.6]
+
+
+def test_mc_sensitivity_groups_runs_by_mc_count_and_drops_confounded_ones(tmp_path):
+    from lb_helpers import evaluation
+
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+
+    def run(algorithm: str, mc: int | None, final: float, seed: int, overrides: list[str], base_sha: str = "b" * 64):
+        train = {"lr": 1e-5} if mc is None else {"lr": 1e-5, "mc_samples": mc}
+        name = f"{algorithm}-llada-sudoku"
+        cfg = {"reproduction": name, "algorithm": algorithm, "backbone": "llada", "task": "sudoku", "scale": "tiny",
+               "content_hash": f"{name}/{mc}/{overrides}", "modified": bool(overrides), "overrides": overrides,
+               "profile": {"train": train}}
+        run_id = store.start_run(cfg, seed=seed, code_version="t", packages={"torch": "2"}, hardware={"cpu": "t"})
+        store.finish_run(run_id, [evaluation("sudoku", 0.2, "base"), evaluation("sudoku", final, "final")],
+                         base={"weights_sha256": base_sha, "selection": {"rule": "target", "step": 260}})
+
+    for seed, (at4, at1, at8) in enumerate([(0.30, 0.22, 0.34), (0.32, 0.24, 0.36)]):
+        run("bgpo", 4, at4, seed, [])  # the pinned count
+        run("bgpo", 1, at1, seed, ["train.mc_samples=1"])
+        run("bgpo", 8, at8, seed, ["train.mc_samples=8"])
+    run("bgpo", 8, 0.99, 5, ["train.mc_samples=8", "train.lr=1e-3"])  # a second change: confounded, left out
+    run("spg", 2, 0.25, 0, [])  # one MC count only: no sensitivity to show
+    run("d1", None, 0.25, 0, [])  # takes no MC count
+    mc = L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="sudoku", scale="tiny")
+    assert list(mc["algorithm"]) == ["bgpo"] * 3 and list(mc["mc_samples"]) == [1, 4, 8]
+    assert list(mc["pinned"]) == [False, True, False] and list(mc["n"]) == [2, 2, 2]
+    assert list(mc["mean"]) == pytest.approx([0.23, 0.31, 0.35])
+    assert mc.iloc[2]["ci95"] == pytest.approx(12.706 * math.sqrt(0.0002) / math.sqrt(2))
+    assert list(mc["vs_base"]) == pytest.approx([0.03, 0.11, 0.15])
+    assert L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="countdown", scale="tiny").empty
