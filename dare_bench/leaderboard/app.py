@@ -357,7 +357,7 @@ def main() -> None:
             chart = (base.mark_line(point=True).encode(y=alt.Y("mean:Q", title="final score"),
                                                        tooltip=["algorithm", "mc_samples", "mean", "ci95", "n",
                                                                 "pinned"])
-                     + base.mark_errorbar().encode(y="low:Q", y2="high:Q"))
+                     + base.mark_errorbar().encode(y=alt.Y("low:Q", title="final score"), y2="high:Q"))
             st.altair_chart(chart.properties(height=260), width="stretch")
             st.dataframe(mc.drop(columns=["low", "high", "series"]), width="stretch", hide_index=True)
 

@@ -15,11 +15,17 @@ REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "leaderboard" / "app.py"
 
 
-def config(algorithm: str, backbone: str, task: str, scale: str, *, modified: bool = False) -> dict:
+def config(algorithm: str, backbone: str, task: str, scale: str, *, modified: bool = False,
+           mc_samples: int | None = None, overrides: list[str] | None = None) -> dict:
+    """A run config as the pipeline stores it; `mc_samples` sets `profile.train.mc_samples`, `overrides` (which
+    mark the run modified) replace the default `train.lr=1` of a modified run."""
     name = f"{algorithm}-{backbone}-{task}"
+    overrides = overrides if overrides is not None else (["train.lr=1"] if modified else [])
+    train = {"lr": 1e-5} if mc_samples is None else {"lr": 1e-5, "mc_samples": mc_samples}
+    key = f"{name}/{scale}/{bool(overrides)}/{overrides}"
     return {"reproduction": name, "algorithm": algorithm, "backbone": backbone, "task": task, "scale": scale,
-            "content_hash": hashlib.sha256(f"{name}/{scale}/{modified}".encode()).hexdigest(), "modified": modified,
-            "overrides": ["train.lr=1"] if modified else [], "train": {"lr": 1e-5}}
+            "content_hash": hashlib.sha256(key.encode()).hexdigest(), "modified": bool(overrides),
+            "overrides": overrides, "profile": {"train": train}}
 
 
 def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, step: int = 0) -> EvaluationRecord:
@@ -32,8 +38,10 @@ def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, 
 
 def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llada", task: str = "sudoku",
             scale: str = "micro", seed: int = 0, steps: int = 4, modified: bool = False, n_samples: int = 4,
-            base: float = 0.1, base_sha: str | None = None) -> int:
-    run_id = store.start_run(config(algorithm, backbone, task, scale, modified=modified), seed=seed,
+            base: float = 0.1, base_sha: str | None = None, mc_samples: int | None = None,
+            overrides: list[str] | None = None) -> int:
+    cfg = config(algorithm, backbone, task, scale, modified=modified, mc_samples=mc_samples, overrides=overrides)
+    run_id = store.start_run(cfg, seed=seed,
                              code_version="test-version", packages={"torch": "2.13.0"}, hardware={"cpu": "test"})
     for step in range(1, steps + 1 if algorithm != "baseline" else 1):
         store.log_metrics(run_id, step, {

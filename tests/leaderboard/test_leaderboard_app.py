@@ -4,7 +4,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lb_helpers import APP
+from dare_bench.store import Store
+
+from lb_helpers import APP, add_run
 
 
 def _app(monkeypatch, url: str) -> AppTest:
@@ -120,22 +122,14 @@ def test_overview_stability_and_speed_tabs_render(monkeypatch, winners_db):
 
 
 def test_stability_tab_shows_the_mc_sample_sensitivity(monkeypatch, winners_db, tmp_path):
-    from dare_bench.store import Store
-
-    from lb_helpers import evaluation
-
     at = _app(monkeypatch, winners_db)  # no run varies its MC count there: the tab says how to sweep one
     assert any("two or more MC counts" in i.value for i in _tab(at, "Stability").info)
     url = f"sqlite:///{tmp_path / 'mc.db'}"
     store = Store(url)
     for seed in (0, 1):
-        for mc, final in ((4, 0.30 + seed / 100), (16, 0.36 + seed / 100)):
-            overrides = [] if mc == 4 else [f"train.mc_samples={mc}"]
-            cfg = {"reproduction": "bgpo-llada-sudoku", "algorithm": "bgpo", "backbone": "llada", "task": "sudoku",
-                   "scale": "tiny", "content_hash": f"bgpo/{mc}", "modified": bool(overrides), "overrides": overrides,
-                   "profile": {"train": {"mc_samples": mc}}}
-            run_id = store.start_run(cfg, seed=seed, code_version="t", packages={"torch": "2"}, hardware={"cpu": "t"})
-            store.finish_run(run_id, [evaluation("sudoku", 0.2, "base"), evaluation("sudoku", final, "final")])
+        add_run(store, "bgpo", 0.30 + seed / 100, seed=seed, scale="tiny", mc_samples=4)
+        add_run(store, "bgpo", 0.36 + seed / 100, seed=seed, scale="tiny", mc_samples=16,
+                overrides=["train.mc_samples=16"])
     store.close()
     stab = _tab(_app(monkeypatch, url), "Stability")
     table = next(d.value for d in stab.dataframe if "mc_samples" in d.value.columns)

@@ -38,13 +38,16 @@ def _command() -> list[str]:
 
 @pytest.fixture
 def two_algorithms_db(tmp_path) -> str:
-    """llada × sudoku at micro: d1 (2 seeds) beats sft (2 seeds) and the baseline; reported scores synced."""
+    """llada × sudoku at micro: d1 (2 seeds) beats sft (2 seeds), BGPO at two MC counts and the baseline; reported
+    scores synced."""
     url = f"sqlite:///{tmp_path / 'browser.db'}"
     store = Store(url)
     add_run(store, "baseline", 0.10)
     for seed, (sft, d1) in enumerate([(0.20, 0.40), (0.30, 0.50)]):
+        add_run(store, "bgpo", 0.15 + seed / 20, seed=seed, steps=12, mc_samples=2)
+        add_run(store, "bgpo", 0.25 + seed / 20, seed=seed, steps=12, mc_samples=8, overrides=["train.mc_samples=8"])
         add_run(store, "sft", sft, seed=seed, steps=12)
-        add_run(store, "d1", d1, seed=seed, steps=12, n_samples=30)
+        add_run(store, "d1", d1, seed=seed, steps=12, n_samples=30)  # the newest run: the drill-down opens on it
     store.sync_reported(load_registry())
     store.close()
     return url
@@ -125,7 +128,9 @@ def test_real_server_in_headless_chromium_shows_the_winner(sync_api, server):
 
             page.get_by_role("tab", name="Stability").click()
             page.get_by_text("Reward collapses").wait_for()
-            page.locator("[data-testid=stVegaLiteChart]:visible").first.wait_for()  # reward with seed bands
+            page.get_by_text("MC-sample sensitivity").wait_for()
+            # reward with seed bands, then BGPO's final score per MC count
+            page.locator("[data-testid=stVegaLiteChart]:visible").nth(1).wait_for()
             shots.append(_shot(page, "leaderboard-stability.png"))
 
             page.get_by_role("tab", name="Run drill-down").click()

@@ -296,27 +296,16 @@ def test_accuracy_against_tokens_per_forward(winners_db, tmp_path):
 
 
 def test_mc_sensitivity_groups_runs_by_mc_count_and_drops_confounded_ones(tmp_path):
-    from lb_helpers import evaluation
-
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
-
-    def run(algorithm: str, mc: int | None, final: float, seed: int, overrides: list[str], base_sha: str = "b" * 64):
-        train = {"lr": 1e-5} if mc is None else {"lr": 1e-5, "mc_samples": mc}
-        name = f"{algorithm}-llada-sudoku"
-        cfg = {"reproduction": name, "algorithm": algorithm, "backbone": "llada", "task": "sudoku", "scale": "tiny",
-               "content_hash": f"{name}/{mc}/{overrides}", "modified": bool(overrides), "overrides": overrides,
-               "profile": {"train": train}}
-        run_id = store.start_run(cfg, seed=seed, code_version="t", packages={"torch": "2"}, hardware={"cpu": "t"})
-        store.finish_run(run_id, [evaluation("sudoku", 0.2, "base"), evaluation("sudoku", final, "final")],
-                         base={"weights_sha256": base_sha, "selection": {"rule": "target", "step": 260}})
-
+    same = {"scale": "tiny", "base": 0.2, "base_sha": "b" * 64}
     for seed, (at4, at1, at8) in enumerate([(0.30, 0.22, 0.34), (0.32, 0.24, 0.36)]):
-        run("bgpo", 4, at4, seed, [])  # the pinned count
-        run("bgpo", 1, at1, seed, ["train.mc_samples=1"])
-        run("bgpo", 8, at8, seed, ["train.mc_samples=8"])
-    run("bgpo", 8, 0.99, 5, ["train.mc_samples=8", "train.lr=1e-3"])  # a second change: confounded, left out
-    run("spg", 2, 0.25, 0, [])  # one MC count only: no sensitivity to show
-    run("d1", None, 0.25, 0, [])  # takes no MC count
+        add_run(store, "bgpo", at4, seed=seed, mc_samples=4, **same)  # the pinned count
+        add_run(store, "bgpo", at1, seed=seed, mc_samples=1, overrides=["train.mc_samples=1"], **same)
+        add_run(store, "bgpo", at8, seed=seed, mc_samples=8, overrides=["train.mc_samples=8"], **same)
+    # a second change confounds the comparison: left out
+    add_run(store, "bgpo", 0.99, seed=5, mc_samples=8, overrides=["train.mc_samples=8", "train.lr=1e-3"], **same)
+    add_run(store, "spg", 0.25, mc_samples=2, **same)  # one MC count only: no sensitivity to show
+    add_run(store, "d1", 0.25, **same)  # takes no MC count
     mc = L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="sudoku", scale="tiny")
     assert list(mc["algorithm"]) == ["bgpo"] * 3 and list(mc["mc_samples"]) == [1, 4, 8]
     assert list(mc["pinned"]) == [False, True, False] and list(mc["n"]) == [2, 2, 2]
