@@ -222,17 +222,39 @@ def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------ PostgreSQL
 
 def _postgres_bin() -> Path | None:
+    """The server binaries: the system's, else the ones the `pgserver` wheel bundles (the `postgres` extra)."""
     import glob
     import shutil
 
     found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    if found is None:
+        try:
+            import pgserver
+        except ImportError:
+            return None
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "initdb"
+        found = str(bundled) if bundled.is_file() else None
     return Path(found).resolve().parent if found else None  # the real bin dir (createdb beside initdb)
+
+
+def _server_user() -> str | None:
+    """PostgreSQL refuses to run as root: as root, the `postgres` account where there is one, else `nobody`."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            return pwd.getpwnam(name).pw_name
+        except KeyError:
+            continue
+    pytest.skip("running as root with neither a `postgres` nor a `nobody` account to run the server as")
 
 
 @pytest.fixture
 def postgres_url():
-    """A throw-away PostgreSQL server on a unix socket (as user `postgres` when the tests run as root, which
-    PostgreSQL refuses to run as); the URL of its database."""
+    """A throw-away PostgreSQL server on a unix socket (as another user when the tests run as root, which PostgreSQL
+    refuses to run as); the URL of its database."""
     import shutil
     import subprocess
     import tempfile
@@ -241,10 +263,11 @@ def postgres_url():
     bindir = _postgres_bin()
     if bindir is None:
         pytest.skip("no PostgreSQL server binaries (initdb) on this machine")
-    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    user = _server_user()
+    as_user = ["runuser", "-u", user, "--"] if user else []
     root = Path(tempfile.mkdtemp(prefix="dare-pg-"))
-    if as_user:
-        shutil.chown(root, "postgres")
+    if user:
+        shutil.chown(root, user)
     port = "55439"
     subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(root / "data"), "-A", "trust", "-U", "dare"],
                    check=True, capture_output=True)
