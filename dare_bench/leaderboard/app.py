@@ -338,17 +338,18 @@ def main() -> None:
         st.markdown(f"**Reward collapses** (drop > {threshold:g}): {len(collapses)} run(s)")
         if len(collapses):
             st.dataframe(collapses, width="stretch", hide_index=True)
-        st.markdown("**MC-sample sensitivity** (the ELBO methods' final score against `train.mc_samples`)")
+        st.markdown("**MC-sample sensitivity** (the ELBO methods' final score against their MC count)")
         mc = _mc(url, backbone, stab_task, scale)
         if algorithms:
             mc = mc[mc["algorithm"].isin(algorithms)]
         if mc.empty:
             st.info(f"No algorithm has runs at two or more MC counts for {backbone} × {stab_task} at {scale} scale. "
                     f"Sweep one: `dare-bench sweep bgpo-{backbone}-{stab_task} --scale {scale} "
-                    f"--set {data.MC_KNOB}=8`.")
+                    f"--set train.mc_samples=8` (SPG: `--set train.algorithm.num_t=4 --set train.mc_samples=4`).")
         else:
-            st.caption("Mean final score over seeds, bars = 95 % CI; the pinned runs and the runs whose only "
-                       f"override is `{data.MC_KNOB}` (whatever the modified-runs switch says).")
+            st.caption("Mean final score over seeds, bars = 95 % CI, per count of masks drawn per sequence (SPG: "
+                       "num_t); the pinned runs and the runs whose overrides touch only "
+                       f"{' / '.join(f'`{k}`' for k in data.MC_KNOBS)} (whatever the modified-runs switch says).")
             mc = mc.assign(low=mc["mean"] - mc["ci95"].fillna(0.0), high=mc["mean"] + mc["ci95"].fillna(0.0),
                            series=[f"{a} @ {b[:8]}" if b else a for a, b in zip(mc["algorithm"], mc["base"])])
             base = alt.Chart(mc).encode(x=alt.X("mc_samples:Q", title="MC samples", scale=alt.Scale(type="log",

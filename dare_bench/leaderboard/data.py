@@ -365,17 +365,20 @@ def reward_collapses(engine: Engine, *, backbone: str, task: str, scale: str, dr
     return pd.DataFrame(rows, columns=["run_id", "algorithm", "seed", "step", "peak", "reward", "drop"])
 
 
-MC_KNOB = "train.mc_samples"
+# the knobs that set how many masks an ELBO method draws per sequence (SPG: num_t, which wins over mc_samples)
+MC_KNOBS = ("train.mc_samples", "train.algorithm.num_t")
 
 
 def mc_sensitivity(engine: Engine, *, backbone: str, task: str, scale: str) -> pd.DataFrame:
     """The MC-sample sensitivity of the ELBO methods (DARE's analysis of BGPO / SPG): per algorithm, base and
     `train.mc_samples` value, the final score's mean and 95 % CI over runs (seeds) and its gain over the base.
 
-    A sensitivity sweep changes one knob, so it reads the pinned runs and the runs whose only override is
-    `train.mc_samples=K` (`dare-bench sweep bgpo-llada-sudoku --set train.mc_samples=8`); a run with any other
-    override would confound the comparison and is left out. Only (algorithm, base) pairs measured at two or more
-    MC counts are returned; `pinned` marks the count the registry entry pins."""
+    The count is the masks the plug-in draws per sequence: `train.algorithm.num_t` where the config sets it (SPG
+    draws num_t and ignores an `mc_samples` of 1), else `train.mc_samples`. A sensitivity sweep changes that count
+    alone, so this reads the pinned runs and the runs whose overrides touch only those two knobs
+    (`dare-bench sweep bgpo-llada-sudoku --set train.mc_samples=8`; SPG: `--set train.algorithm.num_t=4 --set
+    train.mc_samples=4`); a run with any other override would confound the comparison and is left out. Only
+    (algorithm, base) pairs measured at two or more counts are returned; `pinned` marks the registry's count."""
     sql = f"""
         SELECT r.algorithm AS algorithm, COALESCE(r.base_sha256, '') AS base, r.modified AS modified,
                r.overrides_json AS overrides_json, r.config_json AS config_json, e.primary_metric AS metric,
@@ -390,9 +393,10 @@ def mc_sensitivity(engine: Engine, *, backbone: str, task: str, scale: str) -> p
     kept = []
     for row in runs.itertuples():
         overrides = json.loads(row.overrides_json or "[]")
-        if any(not str(o).startswith(MC_KNOB + "=") for o in overrides):
+        if any(not str(o).startswith(tuple(k + "=" for k in MC_KNOBS)) for o in overrides):
             continue
-        mc = json.loads(row.config_json or "{}").get("profile", {}).get("train", {}).get("mc_samples")
+        train = json.loads(row.config_json or "{}").get("profile", {}).get("train", {})
+        mc = (train.get("algorithm") or {}).get("num_t") or train.get("mc_samples")
         if mc is None:  # the algorithm takes no MC count (its plug-in default applies): nothing to vary
             continue
         kept.append({"algorithm": row.algorithm, "base": row.base, "metric": row.metric, "mc_samples": int(mc),

@@ -16,12 +16,15 @@ APP = REPO / "leaderboard" / "app.py"
 
 
 def config(algorithm: str, backbone: str, task: str, scale: str, *, modified: bool = False,
-           mc_samples: int | None = None, overrides: list[str] | None = None) -> dict:
-    """A run config as the pipeline stores it; `mc_samples` sets `profile.train.mc_samples`, `overrides` (which
-    mark the run modified) replace the default `train.lr=1` of a modified run."""
+           mc_samples: int | None = None, overrides: list[str] | None = None, num_t: int | None = None) -> dict:
+    """A run config as the pipeline stores it; `mc_samples` sets `profile.train.mc_samples` and `num_t`
+    `profile.train.algorithm.num_t`; `overrides` (which mark the run modified) replace the default `train.lr=1` of a
+    modified run."""
     name = f"{algorithm}-{backbone}-{task}"
     overrides = overrides if overrides is not None else (["train.lr=1"] if modified else [])
     train = {"lr": 1e-5} if mc_samples is None else {"lr": 1e-5, "mc_samples": mc_samples}
+    if num_t is not None:
+        train["algorithm"] = {"num_t": num_t}
     key = f"{name}/{scale}/{bool(overrides)}/{overrides}"
     return {"reproduction": name, "algorithm": algorithm, "backbone": backbone, "task": task, "scale": scale,
             "content_hash": hashlib.sha256(key.encode()).hexdigest(), "modified": bool(overrides),
@@ -39,8 +42,9 @@ def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, 
 def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llada", task: str = "sudoku",
             scale: str = "micro", seed: int = 0, steps: int = 4, modified: bool = False, n_samples: int = 4,
             base: float = 0.1, base_sha: str | None = None, mc_samples: int | None = None,
-            overrides: list[str] | None = None) -> int:
-    cfg = config(algorithm, backbone, task, scale, modified=modified, mc_samples=mc_samples, overrides=overrides)
+            overrides: list[str] | None = None, num_t: int | None = None) -> int:
+    cfg = config(algorithm, backbone, task, scale, modified=modified, mc_samples=mc_samples, overrides=overrides,
+                 num_t=num_t)
     run_id = store.start_run(cfg, seed=seed,
                              code_version="test-version", packages={"torch": "2.13.0"}, hardware={"cpu": "test"})
     for step in range(1, steps + 1 if algorithm != "baseline" else 1):

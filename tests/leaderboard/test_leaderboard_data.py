@@ -313,3 +313,14 @@ def test_mc_sensitivity_groups_runs_by_mc_count_and_drops_confounded_ones(tmp_pa
     assert mc.iloc[2]["ci95"] == pytest.approx(12.706 * math.sqrt(0.0002) / math.sqrt(2))
     assert list(mc["vs_base"]) == pytest.approx([0.03, 0.11, 0.15])
     assert L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="countdown", scale="tiny").empty
+
+
+def test_mc_sensitivity_counts_spg_draws_by_num_t(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    same = {"scale": "tiny", "base": 0.2, "base_sha": "b" * 64}
+    add_run(store, "spg", 0.21, num_t=2, mc_samples=2, **same)  # pinned: 2 draws
+    add_run(store, "spg", 0.21, seed=0, num_t=2, mc_samples=1, overrides=["train.mc_samples=1"], **same)  # still 2
+    add_run(store, "spg", 0.30, num_t=4, mc_samples=4,
+            overrides=["train.algorithm.num_t=4", "train.mc_samples=4"], **same)
+    mc = L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="sudoku", scale="tiny")
+    assert list(mc["mc_samples"]) == [2, 4] and list(mc["n"]) == [2, 1] and list(mc["pinned"]) == [True, False]
