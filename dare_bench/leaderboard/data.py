@@ -370,8 +370,8 @@ MC_KNOBS = ("train.mc_samples", "train.algorithm.num_t")
 
 
 def mc_sensitivity(engine: Engine, *, backbone: str, task: str, scale: str) -> pd.DataFrame:
-    """The MC-sample sensitivity of the ELBO methods (DARE's analysis of BGPO / SPG): per algorithm, base and
-    `train.mc_samples` value, the final score's mean and 95 % CI over runs (seeds) and its gain over the base.
+    """The MC-sample sensitivity of the ELBO methods (DARE's analysis of BGPO / SPG): per algorithm, base and MC
+    count (column `mc_samples`), the final score's mean and 95 % CI over runs (seeds) and its gain over the base.
 
     The count is the masks the plug-in draws per sequence: `train.algorithm.num_t` where the config sets it (SPG
     draws num_t and ignores an `mc_samples` of 1), else `train.mc_samples`. A sensitivity sweep changes that count
