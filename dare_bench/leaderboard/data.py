@@ -159,6 +159,11 @@ _FINALS = """
 """
 
 
+# The run's latest "base" evaluation of the same task (the SFT base it started from), beside a `_FINALS` row `f`.
+_BASE_VALUE = """(SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = r.id AND eb.checkpoint = 'base'
+                  AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1)"""
+
+
 def _modified_clause(include_modified: bool) -> str:
     return "" if include_modified else "AND r.modified = 0"
 
@@ -220,8 +225,7 @@ def _gains(engine: Engine, backbone: str, scale: str, include_modified: bool) ->
     sql = f"""
         SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric,
                COALESCE(r.base_sha256, '') AS base, e.primary_value AS final,
-               (SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = r.id AND eb.checkpoint = 'base'
-                  AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1) AS base_value,
+               {_BASE_VALUE} AS base_value,
                (SELECT ec.primary_value FROM runs c JOIN evaluations ec ON ec.run_id = c.id
                 WHERE c.control_of = r.uid AND c.status = 'finished' AND ec.checkpoint = 'final'
                   AND ec.task = f.task AND COALESCE(c.base_sha256, '') = COALESCE(r.base_sha256, '')
@@ -383,8 +387,7 @@ def mc_sensitivity(engine: Engine, *, backbone: str, task: str, scale: str) -> p
         SELECT r.algorithm AS algorithm, COALESCE(r.base_sha256, '') AS base, r.modified AS modified,
                r.overrides_json AS overrides_json, r.config_json AS config_json, e.primary_metric AS metric,
                e.primary_value AS final,
-               (SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = r.id AND eb.checkpoint = 'base'
-                  AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1) AS base_value
+               {_BASE_VALUE} AS base_value
         FROM ({_FINALS.format(modified='')}) f JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
         WHERE f.task = :task
     """
