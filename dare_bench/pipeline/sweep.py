@@ -75,7 +75,7 @@ class Cell:
     scale: str
     seed: int | None  # None: an entry that was not resolved (not runnable here, or its config is invalid)
     status: str = "pending"  # finished | skipped | failed | not-runnable | dry-run (then `action` says what)
-    action: str = "run"  # run | resume | skip: the decision taken before the cell started
+    action: str = "run"  # run | resume | skip | control (--controls: the RL run finished, its control did not)
     run_id: int | None = None
     metric: str = "accuracy"
     base: float | None = None
@@ -271,7 +271,8 @@ def outcome(cell: Cell, rc: int, job_error: str | None, out_path: Path, err_path
         except ValueError:
             result = None
     if rc == 0 and result is not None and result.get("status") in ("finished", "skipped"):
-        cell.status = result["status"]
+        # a control-only cell: reproduce skipped the finished RL run and ran its control, the cell's work
+        cell.status = "finished" if cell.action == "control" else result["status"]
         cell.run_id = result.get("run_id")
         cell.base = (result.get("base_metrics") or {}).get(cell.metric)
         cell.final = (result.get("metrics") or {}).get(cell.metric)
@@ -332,7 +333,7 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     cells = plan_grid(specs, chosen_scale, seeds=seeds, overrides=overrides)
     url = resolve_url(db)
     todo = [c for c in cells if c.status == "pending"]
-    _decide(todo, url, force=force, dry_run=dry_run)
+    _decide(todo, url, force=force, dry_run=dry_run, controls=controls)
     if dry_run:
         _dry_run_plans(todo, overrides=overrides, device=device)
         return cells
@@ -349,11 +350,12 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     return cells
 
 
-def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool) -> None:
+def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls: bool = False) -> None:
     """Skip a cell whose identical run finished (unless `force`), and one whose run is in progress in a live process
     of this host (another sweep's); resume one whose last attempt in this store was interrupted (failed, or running
-    in a process that is gone) and left a complete checkpoint in the run directory. A dry run only reads: a store
-    that does not exist yet is not created."""
+    in a process that is gone) and left a complete checkpoint in the run directory. With `controls`, a finished RL
+    cell whose control has not finished runs just the control (`reproduce --control` skips the RL run). A dry run
+    only reads: a store that does not exist yet is not created."""
     import socket
 
     from dare_bench.pipeline import previous_run
@@ -379,6 +381,12 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool) -> None:
                 cell.base, cell.final = prev.base_metrics.get(cell.metric), prev.metrics.get(cell.metric)
                 cell.wall_seconds = store.get_run(prev.run_id)["duration_s"]
                 cell.message = prev.message
+                if controls and cfg.profile.train.kind == "rl":
+                    done = store.controls_of(store.get_run(prev.run_id)["uid"])
+                    if not done:  # the RL run stands; its control is what is left to run
+                        cell.action, cell.message = "control", "RL run finished; runs its compute-matched SFT control"
+                        continue
+                    cell.control = _final_metric(store, done[0]["id"], cell.metric)
                 if not dry_run:
                     cell.status = "skipped"
                 continue
@@ -395,6 +403,11 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool) -> None:
                 cell.action, cell.message = "resume", f"resumes from {found.name}"  # `reproduce --resume`
     finally:
         store.close()
+
+
+def _final_metric(store, run_id: int, metric: str) -> float | None:
+    finals = [e for e in store.evaluations(run_id) if e.get("checkpoint") == "final"]
+    return finals[0]["metrics"].get(metric) if finals else None
 
 
 def _sqlite_file(url: str) -> Path:
@@ -536,16 +549,19 @@ def table_lines(cells: list[Cell]) -> list[str]:
         return "-" if v is None else fmt.format(v)
 
     width = max([len(c.name) for c in cells] + [5])
+    with_controls = any(c.control is not None for c in cells)  # --controls: each RL cell's SFT control final
     head = f"{'entry':<{width}} {'seed':>4}  {'status':<18} {'metric':<10} {'base':>7} -> {'final':<7} {'wall':>8}"
+    head += f" {'control':>8}" if with_controls else ""
     lines = [head, "-" * len(head)]
     for c in cells:
-        status = c.status + (" (resumed)" if c.action == "resume" and c.status == "finished" else "")
+        status = c.status + {"resume": " (resumed)", "control": " (control)"}.get(
+            c.action, "") if c.status == "finished" else c.status
         if c.status == "dry-run":
             status = f"dry-run:{c.action}"
         seed = "-" if c.seed is None else str(c.seed)
         wall = "-" if c.wall_seconds is None else f"{c.wall_seconds:.0f}s"
         line = (f"{c.name:<{width}} {seed:>4}  {status:<18} {c.metric:<10} {num(c.base):>7} -> {num(c.final):<7} "
-                f"{wall:>8}")
+                f"{wall:>8}") + (f" {num(c.control):>8}" if with_controls else "")
         if c.status in ("failed", "not-runnable"):
             line += f"  {c.message}"
         lines.append(line)

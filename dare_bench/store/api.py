@@ -223,6 +223,14 @@ class Store:
                 out.append(d)
             return out
 
+    def controls_of(self, uid: str, *, status: str | None = "finished") -> list[dict]:
+        """The compute-matched SFT controls stored for the RL run `uid`, newest first."""
+        q = select(Run).where(Run.control_of == uid).order_by(Run.id.desc())
+        if status is not None:
+            q = q.where(Run.status == status)
+        with self._sessions() as s:
+            return [_run_dict(r) for r in s.scalars(q).all()]
+
     def find_runs(self, *, config_hash: str, seed: int | None = None, status: str | None = "finished") -> list[dict]:
         """Runs of exactly this config (and seed / status): lets the pipeline skip work already recorded."""
         q = select(Run).where(Run.config_hash == config_hash).order_by(Run.id.desc())

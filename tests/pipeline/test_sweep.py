@@ -139,6 +139,39 @@ def test_two_workers_fill_one_store_and_a_rerun_skips_every_cell(home, shared, c
     assert len(Store(f"sqlite:///{db}").latest_runs(limit=None)) == 2
 
 
+def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared, capsys, monkeypatch):
+    """`--controls` added to a grid whose RL runs finished: each RL cell runs just its control (the RL run is not
+    repeated), the evaluation-only cell stays skipped; a rerun then skips every cell and still shows the control."""
+    db = shared / "controls.db"
+    code, _, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db))
+    assert code == 0, err
+    store = Store(f"sqlite:///{db}")
+    rl_run = next(r for r in store.latest_runs(limit=None) if r["reproduction"] == "d1-llada-sudoku")
+
+    code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--db", str(db), "--controls",
+                           "--dry-run")
+    assert code == 0 and "dry-run:control" in out and "dry-run:skip" in out
+
+    code, out, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db),
+                             "--controls", "--json")
+    assert code == 0, err
+    cells = by_name(payload(out)["cells"])
+    rl, ev = cells["d1-llada-sudoku"], cells["baseline-llada-sudoku"]
+    assert (rl["action"], rl["status"], rl["run_id"]) == ("control", "finished", rl_run["id"])
+    assert (ev["action"], ev["status"], ev["control"]) == ("skip", "skipped", None)
+    runs = store.latest_runs(limit=None)
+    controls = store.controls_of(rl_run["uid"])
+    assert len(runs) == 3 and len(controls) == 1 and controls[0]["reproduction"] == "sft-llada-sudoku"
+    assert [r["id"] for r in runs if r["reproduction"] == "d1-llada-sudoku"] == [rl_run["id"]]  # not repeated
+    finals = [e for e in store.evaluations(controls[0]["id"]) if e["checkpoint"] == "final"]
+    assert rl["control"] == finals[0]["metrics"]["accuracy"]
+
+    code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--db", str(db), "--controls", "--json")
+    cells = by_name(payload(out)["cells"])
+    assert code == 0 and {c["status"] for c in cells.values()} == {"skipped"}
+    assert cells["d1-llada-sudoku"]["control"] == rl["control"] and len(store.latest_runs(limit=None)) == 3
+
+
 def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(home, shared, capsys, monkeypatch):
     db = shared / "kill.db"
     url = f"sqlite:///{db}"
