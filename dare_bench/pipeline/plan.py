@@ -78,6 +78,20 @@ def _check_preference_data(cfg) -> None:
                           f"train.algorithm.preference_data={TASK_PAIRS})")
 
 
+def _check_unread_overrides(cfg, plugin) -> None:
+    """An override of a shared `train.*` setting that the plug-in ignores under its other settings (SPG's
+    `mc_samples` once `num_t` is set) is refused: the run would be marked modified and change nothing."""
+    from dare_bench.catalogue.settings import SHARED_TRAIN_FIELDS
+
+    unread = plugin.unread_settings()
+    for item in cfg.overrides:
+        key = item.partition("=")[0].strip()
+        train_name = key.removeprefix("train.") if key.startswith("train.") else None
+        why = unread.get(SHARED_TRAIN_FIELDS.get(train_name or "", ""))
+        if why:
+            raise ConfigError(f"override {item!r} is not read: {why}")
+
+
 def _check_algorithm_backbone(cfg) -> None:
     """Refuse an algorithm on a backbone it is not defined for before any work (e.g. EBPO on an MDLM)."""
     if cfg.profile.train.kind != "rl":
@@ -97,6 +111,7 @@ def _check_algorithm_backbone(cfg) -> None:
 
     meta_model = _run_meta_model(cfg)
     plugin = algo(algorithm_settings(cfg.profile.train), meta_model.traits)
+    _check_unread_overrides(cfg, plugin)
     if cfg.profile.train.rollout is not None:  # the sampler settings it needs (JustGRPO: block length 1)
         settings = rollout_settings(cfg.profile.train.rollout)
         settings.update(plugin.rollout_overrides)

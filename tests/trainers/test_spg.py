@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -158,10 +159,29 @@ def test_validate_refuses_bad_settings():
     with pytest.raises(ConfigError, match="disagree"):
         S({"num_t": 2, "mc_samples": 4}, TRAITS)
     assert S({"num_t": 3, "mc_samples": 1}, TRAITS).num_draws == 3  # the loop's default mc_samples = 1
+    assert S({"num_t": 3, "mc_samples": 1}, TRAITS).unread_settings().keys() == {"mc_samples"}
+    assert S({"num_t": 3, "mc_samples": 3}, TRAITS).unread_settings() == {} == S({}, TRAITS).unread_settings()
     assert S({"block_length": 4}, TRAITS).config.mask_block_length == 4  # upstream's argument name, an alias
     with pytest.raises(ConfigError, match="not defined"):
         S({}, ModelTraits(family="sdar", mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, logit_shift=0,
                           attention="block_causal", block_size=4))
+
+
+@pytest.mark.parametrize("overrides, error", [
+    (["train.mc_samples=1"], "override 'train.mc_samples=1' is not read: spg draws num_t = 2"),
+    (["train.algorithm.num_t=1", "train.mc_samples=1"], None),  # both: what the MC-sensitivity sweep sets
+    (["train.mc_samples=2"], None),  # agrees with num_t: read
+])
+def test_an_override_spg_would_not_read_is_refused_at_plan_time(overrides, error):
+    """`--set train.mc_samples=1` on SPG once changed the config hash and nothing else (SPG draws num_t mask
+    sets); it is now one ConfigError before any work."""
+    from dare_bench.pipeline.plan import resolve
+
+    if error is None:
+        resolve("spg-llada-sudoku", "micro", overrides)
+    else:
+        with pytest.raises(ConfigError, match=re.escape(error)):
+            resolve("spg-llada-sudoku", "micro", overrides)
 
 
 def test_block_masks_per_iteration_and_all_positive_is_elbo_only():

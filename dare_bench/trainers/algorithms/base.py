@@ -204,6 +204,12 @@ class Algorithm:
     def validate(self) -> None:
         """Cross-field checks; raise ConfigError (e.g. d1 with mc_samples != 1)."""
 
+    def unread_settings(self) -> dict[str, str]:
+        """Shared settings (`AlgorithmConfig` field -> why) that these settings make the plug-in ignore, e.g. SPG's
+        `mc_samples` once `num_t` is set. A command-line override of one is refused at plan time
+        (`pipeline.plan`), since it would change the run's config hash and nothing else."""
+        return {}
+
     def check_rollout(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The rollout sampler settings (`generate()` keywords) with `rollout_requirements` applied: an unset one
         is filled in, a conflicting one is a ConfigError. The loop calls it once, before the first rollout."""

@@ -115,6 +115,12 @@ class SPG(Algorithm):
         if c.variant in ("eubo", "mixture") and c.eubo_beta < 1:
             raise ConfigError(f"spg: the EUBO needs eubo_beta >= 1, got {c.eubo_beta}")
 
+    def unread_settings(self) -> dict[str, str]:
+        if self.config.num_t in (None, self.config.mc_samples):  # equal: the override agrees with what is drawn
+            return {}
+        return {"mc_samples": f"spg draws num_t = {self.config.num_t} mask sets when num_t is set; "
+                              "set train.algorithm.num_t (with train.mc_samples equal to it)"}
+
     def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
         return group_advantages(rewards, group_size, self.config.advantage or "mean")
 
