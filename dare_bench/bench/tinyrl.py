@@ -11,19 +11,26 @@ candidates measured here, each a setting a reproduction config already has (so a
 - `dual`: Fast-dLLM's dual cache for MDLM rollouts (`train.rollout.extra.use_cache=dual`,
   `train.rollout.block_length=--block`): the prompt and the other blocks' keys / values are reused within a block.
   It is Fast-dLLM's approximation: other tokens than the vanilla sampler, as DARE's own rollouts accept;
-- `fast`: `bf16` and `dual` together.
+- `fast`: `bf16` and `dual` together;
+- `threshold`: `bf16` and Fast-dLLM's confidence-threshold parallel decoding (`train.rollout.threshold=--threshold`,
+  default 0.9): every masked token whose confidence passes the threshold is unmasked at once (at least one per
+  forward), over the profile's own canvas and blocks, no cache. Fewer forwards per rollout, the same low-confidence
+  order; also DARE's own rollout setting.
 Block-diffusion backbones (SDAR, LLaDA2) already decode their tiny rollouts with the exact block KV cache, so only
-`pinned` and `bf16` apply to them.
+`pinned`, `bf16` and `threshold` apply to them.
 
 Protocol, all in one process, `--threads` torch threads (default 1, the tiny default): the entry's tiny profile, its
 plug-in settings unchanged; the policy is the tiny preset initialised from `base.seed` and SFT-trained for
-`--base-steps` steps (0: the initialisation; the samplers measured here run a fixed number of steps whatever the
-weights, so the timing does not depend on them); `--steps` timed RL steps after one warm-up step, each on the
+`--base-steps` steps (0: the initialisation). The fixed-step samplers run the same forwards whatever the weights;
+the `threshold` path's count falls as the policy grows confident, so time it from a trained policy (`--base-steps`
+near the entry's base step: 260 for LLaDA sudoku). `--steps` timed RL steps after one warm-up step, each on the
 profile's batch (`batch_prompts` x `group_size`); no evaluation or checkpoints. Reported: the median seconds of
-rollout, prepare, update and the whole step per path, and pinned / path ratios. Whether a faster path keeps a
-learning check's result is not measured here: that needs the check's seeds run on it.
+rollout, prepare, update and the whole step per path, the rollout forwards per step, and pinned / path ratios.
+Whether a faster path keeps a learning check's result is not measured here: that needs the check's seeds run on it
+(`dare-bench reproduce d1-llada-sudoku --seed S model.dtype=bfloat16 train.rollout.threshold=0.9`).
 
     dare-bench bench tinyrl                                   # d1-llada-sudoku, every path, 3 timed steps
+    dare-bench bench tinyrl --paths pinned,threshold --base-steps 260
     dare-bench bench tinyrl bgpo-sdar-sudoku --steps 2 --json
     dare-bench bench tinyrl d1-llada-arith --block 8 --base-steps 100
 
@@ -39,15 +46,17 @@ from typing import Any
 
 import typer
 
-PATHS = ("pinned", "bf16", "dual", "fast")
+PATHS = ("pinned", "bf16", "dual", "fast", "threshold")
 TIMES = ("time_rollout_s", "time_prepare_s", "time_update_s", "time_step_s")
 
 
-def path_train(train, path: str, *, block: int):
+def path_train(train, path: str, *, block: int, threshold: float = 0.9):
     """(TrainSettings, compute dtype) of one path (module doc)."""
     from dare_bench.errors import ConfigError
 
     rollout = train.rollout
+    if path == "threshold":
+        rollout = rollout.model_copy(update={"threshold": threshold})
     if path in ("dual", "fast"):
         length = rollout.block_length or block
         if rollout.gen_length % length:
@@ -57,11 +66,11 @@ def path_train(train, path: str, *, block: int):
         rollout = rollout.model_copy(update={"block_length": length, "steps": steps,
                                              "extra": {**rollout.extra, "use_cache": "dual"}})
     train = train.model_copy(update={"rollout": rollout, "checkpoint_every": None, "eval_every": None})
-    return train, ("bfloat16" if path in ("bf16", "fast") else None)
+    return train, ("bfloat16" if path in ("bf16", "fast", "threshold") else None)
 
 
 def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, base_steps: int = 0,
-            paths: tuple[str, ...] = PATHS) -> dict[str, Any]:
+            paths: tuple[str, ...] = PATHS, threshold: float = 0.9) -> dict[str, Any]:
     import torch
 
     from dare_bench.catalogue import backbone as backbone_spec
@@ -82,11 +91,12 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
         raise ConfigError(f"{entry} at {scale} has no tiny preset; `bench tinyrl` runs tiny / micro profiles")
     block_causal = backbone_spec(cfg.backbone).attention == "block_causal"
     if block_causal:  # their tiny rollouts already use the exact block cache
-        paths = tuple(p for p in paths if p in ("pinned", "bf16"))
+        paths = tuple(p for p in paths if p in ("pinned", "bf16", "threshold"))
     task = cfg.run_task()
     tokenizer = build_task_tokenizer(cfg.task)
     items = list(load_mixture(task, train.data, _train_items_needed(cfg)))  # the run's own training items
-    plans = {path: path_train(train, path, block=block) for path in paths}  # a bad --block fails before any work
+    # a bad --block fails before any work
+    plans = {path: path_train(train, path, block=block, threshold=threshold) for path in paths}
     base_model, examples, sft_cfg = base_sft_setup(cfg, task, tokenizer, items, steps=max(base_steps, 1))
     if base_steps:
         train_sft(base_model, examples, sft_cfg, SFTRunOptions(progress=False))
@@ -101,6 +111,8 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
         row = {"entry": entry, "path": path, "dtype": dtype or "float32",
                "use_cache": settings.rollout.extra.get("use_cache") or ("exact" if block_causal else "none"),
                "block_length": settings.rollout.block_length, "rollout_steps": settings.rollout.steps,
+               "threshold": settings.rollout.threshold,
+               "rollout_forwards": statistics.median(h.get("rollout_forwards", settings.rollout.steps) for h in timed),
                "rows_per_step": train.batch_prompts * train.group_size, "threads": torch.get_num_threads(),
                "reward_mean": statistics.mean(h["reward_mean"] for h in timed)}
         row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})
@@ -111,6 +123,7 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
         {"path": r["path"], **{k.replace("time_", "").replace("_s", ""): pinned[k] / r[k] for k in TIMES}}
         for r in rows if r["path"] != "pinned"]
     settings_out = {"entry": entry, "scale": scale, "timed_steps": steps, "block": block, "base_steps": base_steps,
+                    "threshold": threshold,
                     "threads": torch.get_num_threads()}
     return {"rows": rows, "ratios": ratios, "settings": settings_out}
 
@@ -119,16 +132,17 @@ def _table(out: dict[str, Any]) -> str:
     s = out["settings"]
     lines = [f"the RL stage of {s['entry']} at {s['scale']} scale: median of {s['timed_steps']} timed steps after one "
              f"warm-up, {s['threads']} thread(s), policy = the preset after {s['base_steps']} SFT steps",
-             f"{'path':7} {'dtype':9} {'cache':6} {'block':>5} {'steps':>5} {'rows':>4} {'rollout s':>9} "
-             f"{'prepare s':>9} {'update s':>9} {'step s':>8}"]
+             f"{'path':9} {'dtype':9} {'cache':6} {'block':>5} {'steps':>5} {'thresh':>6} {'fwds':>5} {'rows':>4} "
+             f"{'rollout s':>9} {'prepare s':>9} {'update s':>9} {'step s':>8}"]
     for r in out["rows"]:
-        lines.append(f"{r['path']:7} {r['dtype']:9} {r['use_cache']:6} {str(r['block_length'] or '-'):>5} "
-                     f"{r['rollout_steps']:5d} {r['rows_per_step']:4d} {r['time_rollout_s']:9.2f} "
+        lines.append(f"{r['path']:9} {r['dtype']:9} {r['use_cache']:6} {str(r['block_length'] or '-'):>5} "
+                     f"{r['rollout_steps']:5d} {str(r['threshold'] or '-'):>6} {r['rollout_forwards']:5.0f} "
+                     f"{r['rows_per_step']:4d} {r['time_rollout_s']:9.2f} "
                      f"{r['time_prepare_s']:9.2f} {r['time_update_s']:9.2f} {r['time_step_s']:8.2f}")
     if out["ratios"]:
         lines.append("speed-up, pinned / path seconds:")
         for r in out["ratios"]:
-            lines.append(f"  {r['path']:7} rollout {r['rollout']:5.2f}x  prepare {r['prepare']:5.2f}x  update "
+            lines.append(f"  {r['path']:9} rollout {r['rollout']:5.2f}x  prepare {r['prepare']:5.2f}x  update "
                          f"{r['update']:5.2f}x  step {r['step']:5.2f}x")
     return "\n".join(lines)
 
@@ -145,9 +159,12 @@ def register(group: typer.Typer) -> None:
                                                                       "initialised preset)"),
         paths: str = typer.Option(",".join(PATHS), "--paths", help=f"comma-separated: {', '.join(PATHS)}"),
         threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads"),
+        threshold: float = typer.Option(0.9, "--threshold", min=0.0, max=1.0,
+                                        help="confidence threshold of the `threshold` path's rollouts"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
     ):
-        """The RL stage of a tiny reproduction as pinned vs bf16 / Fast-dLLM dual-cache rollouts (ratios)."""
+        """The RL stage of a tiny reproduction as pinned vs bf16 / Fast-dLLM dual-cache / threshold rollouts
+        (ratios)."""
         import torch
 
         from dare_bench.errors import ConfigError
@@ -159,7 +176,8 @@ def register(group: typer.Typer) -> None:
         if scale not in ("tiny", "micro"):
             raise ConfigError(f"--scale {scale!r}: `bench tinyrl` runs tiny or micro profiles")
         torch.set_num_threads(threads)
-        out = measure(entry, scale=scale, steps=steps, block=block, base_steps=base_steps, paths=chosen)
+        out = measure(entry, scale=scale, steps=steps, block=block, base_steps=base_steps, paths=chosen,
+                      threshold=threshold)
         typer.echo(json.dumps(out, indent=2) if as_json else _table(out))
 
 

@@ -29,6 +29,8 @@ def test_path_settings():
     assert path_train(train, "bf16", block=8)[1] == "bfloat16"
     fast, dtype = path_train(train, "fast", block=8)
     assert dtype == "bfloat16" and fast.rollout == dual.rollout
+    threshold, dtype = path_train(train, "threshold", block=8, threshold=0.8)
+    assert dtype == "bfloat16" and threshold.rollout == train.rollout.model_copy(update={"threshold": 0.8})
     with pytest.raises(ConfigError, match="does not divide"):
         path_train(train, "dual", block=7)
 
@@ -38,25 +40,30 @@ def test_each_path_decodes_as_named_and_ratios_come_from_the_rows(monkeypatch):
     original = sampling.generate
 
     def spy(model, prompt_ids, attention_mask=None, **kw):
-        seen.append((kw.get("use_cache") or "none", kw.get("block_length"), torch.is_autocast_cpu_enabled()))
+        seen.append((kw.get("use_cache") or "none", kw.get("block_length"), kw.get("threshold"),
+                     torch.is_autocast_cpu_enabled()))
         return original(model, prompt_ids, attention_mask, **kw)
 
     monkeypatch.setattr(sampling, "generate", spy)
-    out = measure("d1-llada-sudoku", scale="micro", steps=1, paths=("pinned", "fast"))
-    assert [r["path"] for r in out["rows"]] == ["pinned", "fast"]
-    assert len(seen) == 4  # warm-up + one timed step per path
-    assert set(seen[:2]) == {("none", None, False)} and set(seen[2:]) == {("dual", 8, True)}
-    pinned, fast = out["rows"]
+    out = measure("d1-llada-sudoku", scale="micro", steps=1, paths=("pinned", "fast", "threshold"), threshold=0.7)
+    assert [r["path"] for r in out["rows"]] == ["pinned", "fast", "threshold"]
+    assert len(seen) == 6  # warm-up + one timed step per path
+    assert set(seen[:2]) == {("none", None, None, False)} and set(seen[2:4]) == {("dual", 8, None, True)}
+    assert set(seen[4:]) == {("none", None, 0.7, True)}
+    pinned, fast, threshold = out["rows"]
     assert (pinned["dtype"], fast["dtype"], fast["use_cache"], fast["block_length"]) == (
         "float32", "bfloat16", "dual", 8)
-    (ratio,) = out["ratios"]
+    assert (threshold["dtype"], threshold["threshold"], out["settings"]["threshold"]) == ("bfloat16", 0.7, 0.7)
+    assert pinned["rollout_forwards"] == pinned["rollout_steps"]  # the vanilla sampler: one forward per step
+    assert 1 <= threshold["rollout_forwards"] <= pinned["rollout_forwards"]
+    ratio = out["ratios"][0]
     assert ratio["path"] == "fast" and ratio["step"] == pytest.approx(pinned["time_step_s"] / fast["time_step_s"])
     assert ratio["rollout"] == pytest.approx(pinned["time_rollout_s"] / fast["time_rollout_s"])
 
 
 def test_block_diffusion_gets_no_mdlm_cache_path_and_bad_paths_are_one_error():
-    out = measure("bgpo-sdar-sudoku", scale="micro", steps=1, paths=("pinned", "dual"))
-    assert [(r["path"], r["use_cache"]) for r in out["rows"]] == [("pinned", "exact")]
+    out = measure("bgpo-sdar-sudoku", scale="micro", steps=1, paths=("pinned", "dual", "threshold"))
+    assert [(r["path"], r["use_cache"]) for r in out["rows"]] == [("pinned", "exact"), ("threshold", "exact")]
     for args, says in ((["--paths", "pinned,turbo"], "turbo"), (["sft-llada-sudoku"], "RL stage")):
         res = subprocess.run([sys.executable, "-m", "dare_bench.cli", "bench", "tinyrl", "--scale", "micro", *args],
                              capture_output=True, text=True)
