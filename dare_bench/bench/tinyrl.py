@@ -29,6 +29,20 @@ rollout, prepare, update and the whole step per path, the rollout forwards per s
 Whether a faster path keeps a learning check's result is not measured here: that needs the check's seeds run on it
 (`dare-bench reproduce d1-llada-sudoku --seed S model.dtype=bfloat16 train.rollout.threshold=0.9`).
 
+Measured (session 22, one thread, two other tiny runs on the 2 cores; `--paths pinned,bf16,threshold
+--base-steps 260`, d1-llada-sudoku): step 5.07 s pinned, 2.46 s bf16 (2.06x), 1.35 s threshold (3.75x; rollout
+4.84x, 11 forwards instead of 24). The learning checks on the threshold path (`reproduce NAME --seed S
+model.dtype=bfloat16 train.rollout.threshold=0.9`, the shared base at 20.2 %, 3 seeds, exact solve on the 500 test
+puzzles, mean +- 95 % CI; pinned from the bundle):
+    d1            .232 .224 .234 -> .230 +- .013   pinned .226 +- .023   whole reproduce 100-112 s vs ~330 s
+    coupled-grpo  .248 .290 .254 -> .264 +- .056   pinned .273 +- .022
+    bgpo          .224 .262 .224 -> .237 +- .055   pinned .267 +- .022
+    cj-grpo       .270 .234 .296 -> .267 +- .077   pinned .310 +- .026
+d1 and Coupled-GRPO keep their result; BGPO and CJ-GRPO lose 3-4 points and their gain over the base is no longer
+outside the 3-seed CI, and the row's order changes. So the threshold path is not pinned: it is an override for a
+quick look (runs marked modified), not the grid's recipe. bf16 also needs bf16 hardware (AMX / AVX512-bf16): where
+it is emulated it is slower than float32.
+
     dare-bench bench tinyrl                                   # d1-llada-sudoku, every path, 3 timed steps
     dare-bench bench tinyrl --paths pinned,threshold --base-steps 260
     dare-bench bench tinyrl bgpo-sdar-sudoku --steps 2 --json
