@@ -126,7 +126,7 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
                "use_cache": settings.rollout.extra.get("use_cache") or ("exact" if block_causal else "none"),
                "block_length": settings.rollout.block_length, "rollout_steps": settings.rollout.steps,
                "threshold": settings.rollout.threshold,
-               "rollout_forwards": statistics.median(h.get("rollout_forwards", settings.rollout.steps) for h in timed),
+               "rollout_forwards": statistics.median(h["rollout_forwards"] for h in timed),
                "rows_per_step": train.batch_prompts * train.group_size, "threads": torch.get_num_threads(),
                "reward_mean": statistics.mean(h["reward_mean"] for h in timed)}
         row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})

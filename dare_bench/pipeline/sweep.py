@@ -379,10 +379,11 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls
             if prev is not None:
                 cell.action, cell.run_id = "skip", prev.run_id
                 cell.base, cell.final = prev.base_metrics.get(cell.metric), prev.metrics.get(cell.metric)
-                cell.wall_seconds = store.get_run(prev.run_id)["duration_s"]
+                run = store.get_run(prev.run_id)
+                cell.wall_seconds = run["duration_s"]
                 cell.message = prev.message
                 if controls and cfg.profile.train.kind == "rl":
-                    done = store.controls_of(store.get_run(prev.run_id)["uid"])
+                    done = store.controls_of(run["uid"])
                     if not done:  # the RL run stands; its control is what is left to run
                         cell.action, cell.message = "control", "RL run finished; runs its compute-matched SFT control"
                         continue
