@@ -16,6 +16,7 @@ this file only wires them together. Command modules import torch and friends laz
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -65,10 +66,19 @@ def _root(
 
 def main() -> None:
     try:
-        app()
-    except DareBenchError as exc:
-        print_error(exc, as_json="--json" in sys.argv[1:])
-        sys.exit(exc.exit_code)
+        try:
+            app()
+        except DareBenchError as exc:
+            print_error(exc, as_json="--json" in sys.argv[1:])
+            sys.exit(exc.exit_code)
+    except SystemExit as exc:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun worker: skip the teardown gloo can abort in
+            from dare_bench.trainers.distributed import exit_worker
+
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+            exit_worker(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+        raise
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
     paper_dir = Path(plan["checkpoint_dir"]) if paper else None
 
     with default_threads(chosen_scale):  # also what the run record's hardware.torch_threads reports
-        from dare_bench.trainers.distributed import broadcast_object, init_distributed, rank_device
+        from dare_bench.trainers.distributed import broadcast_object, init_distributed, leave_distributed, rank_device
 
         info = init_distributed(device=run_device)  # joins torchrun's group (a no-op in one process)
         store, decision = None, None
@@ -160,6 +160,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
                                            status="running", db=store.url, **common)
         result = broadcast_object(decision, info)  # every rank follows rank 0: skip, or run under its run id
         if result.status == "skipped":
+            leave_distributed(info)
             return result
         try:
             _run(RunContext(cfg, store, result.run_id, result, seed=run_seed, resume=resume,
@@ -169,6 +170,7 @@ def reproduce(name: str, scale: str | None = None, *, seed: int | None = None, d
             if store is not None:
                 store.fail_run(result.run_id, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
             raise
+        leave_distributed(info)
         result.status = "finished"
         result.wall_seconds = time.perf_counter() - start
         return result

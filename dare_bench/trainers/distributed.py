@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn
 
 import torch
 
@@ -115,7 +116,9 @@ def shard_model(model, info: DistInfo, compute_dtype: str | None = None):
     layer_policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=layer_policy)
-    fully_shard(model, mp_policy=policy)
+    # The root stays unsharded from its forward to its backward (FSDP2's own default for a root, made explicit so
+    # `gathered_for_inference` can restore it): the chunked LM head reads the head weight after the forward returns.
+    fully_shard(model, mp_policy=policy, reshard_after_forward=False)
     return model
 
 
@@ -126,6 +129,7 @@ def gathered_for_inference(model):
     from torch.distributed.fsdp import FSDPModule
 
     units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    inner = {id(m) for unit in units for m in unit.modules() if m is not unit}
     for unit in units:
         unit.unshard()
         unit.set_reshard_after_forward(False, recurse=False)
@@ -134,7 +138,9 @@ def gathered_for_inference(model):
     finally:
         for unit in units:
             unit.reshard()
-            unit.set_reshard_after_forward(True, recurse=False)
+            # as `shard_model` set them: layers reshard after their forward, the root does not (the chunked LM head
+            # reads its weight after the forward; resharding it made that weight an empty storage under torchrun)
+            unit.set_reshard_after_forward(id(unit) in inner, recurse=False)
 
 
 def full_state_dict(model) -> dict[str, torch.Tensor]:
@@ -249,7 +255,32 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
+def leave_distributed(info: DistInfo) -> None:
+    """End a rank's part in a run that finished: wait for every rank (none exits while another still talks to it),
+    then leave the group. Only on the success path: a barrier after one rank failed would wait for a rank that never
+    arrives. A torchrun worker then ends with `exit_worker`."""
+    import torch.distributed as dist
+
+    if info.enabled and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def exit_worker(code: int) -> NoReturn:
+    """End a torchrun worker without interpreter teardown. A gloo worker thread can still be releasing a finished
+    collective that holds a Python object when the interpreter finalises; it then needs the GIL, is killed for it and
+    the process aborts ("terminate called without an active exception", SIGABRT) after all its work was done: about
+    one two-rank CPU run in five with FSDP2 and activation checkpointing (a core dump shows ~AsyncBarrierWork in
+    ProcessGroupGloo::runLoop under Py_FinalizeEx). Every result is already written, committed and flushed here."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 __all__ = ["DistInfo", "all_reduce_grads", "all_reduce_metrics", "barrier", "broadcast_object", "decoder_layers",
-           "dist_info", "full_optimizer_state_dict", "full_state_dict", "gather_objects", "gathered_for_inference",
-           "gathered_training_state",
-           "init_distributed", "is_sharded", "load_full_state", "rank_device", "shard_model", "shard_rows"]
+           "dist_info", "exit_worker", "full_optimizer_state_dict", "full_state_dict", "gather_objects",
+           "gathered_for_inference", "gathered_training_state", "init_distributed", "is_sharded", "leave_distributed",
+           "load_full_state", "rank_device", "shard_model", "shard_rows"]

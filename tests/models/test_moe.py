@@ -465,8 +465,8 @@ import sys, torch
 torch.set_num_threads(1)
 from dare_bench.models import load_pretrained
 from dare_bench.models.moe import moe_blocks
-from dare_bench.trainers.distributed import (full_state_dict, gathered_for_inference, init_distributed, shard_model,
-                                             shard_rows)
+from dare_bench.trainers.distributed import (exit_worker, full_state_dict, gathered_for_inference, init_distributed,
+                                             leave_distributed, shard_model, shard_rows)
 mode, out = sys.argv[1], sys.argv[2]
 info = init_distributed(device="cpu")
 model = shard_model(load_pretrained("tiny-llada2", moe=mode).train(), info)
@@ -485,6 +485,8 @@ state = full_state_dict(model)
 if info.rank == 0:
     torch.save({"state": state, "logits": logits,
                 "fallback": [b.fallback_reason for b in moe_blocks(model)]}, out)
+leave_distributed(info)
+exit_worker(0)
 """
 
 

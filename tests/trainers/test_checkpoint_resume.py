@@ -140,13 +140,15 @@ import sys, torch
 sys.path.insert(0, {here!r})
 torch.set_num_threads(1)
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, rl_settings
-from dare_bench.trainers.distributed import full_state_dict, init_distributed
+from dare_bench.trainers.distributed import exit_worker, full_state_dict, init_distributed, leave_distributed
 from dare_bench.trainers.loop import RLRunOptions, train_rl
 info = init_distributed()
 res = train_rl(micro_llada(0), CharTokenizer(), ReverseTask(), "d1", rl_settings(steps=2, checkpoint_every=1),
                RLRunOptions(checkpoint_dir=sys.argv[1], seed=3, progress=False))
 # FSDP2 shards the policy: the full weights are gathered to rank 0 ({{}} on the others)
 torch.save({{"state": full_state_dict(res.policy), "history": res.history}}, sys.argv[2] + f".{{info.rank}}")
+leave_distributed(info)
+exit_worker(0)
 """
 
 

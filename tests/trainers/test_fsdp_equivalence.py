@@ -26,7 +26,7 @@ import sys, torch
 sys.path.insert(0, {here!r})
 torch.set_num_threads(1)
 from rl_fakes import CharTokenizer, ReverseTask, micro_llada, micro_sdar, rl_settings
-from dare_bench.trainers.distributed import full_state_dict, init_distributed
+from dare_bench.trainers.distributed import exit_worker, full_state_dict, init_distributed, leave_distributed
 from dare_bench.trainers.loop import RLRunOptions, train_rl
 algorithm, model, lora, out = sys.argv[1], sys.argv[2], sys.argv[3] == "lora", sys.argv[4]
 info = init_distributed(device="cpu")
@@ -38,6 +38,8 @@ res = train_rl(policy, CharTokenizer(), ReverseTask(), algorithm, cfg,
 state = full_state_dict(res.policy)
 if info.rank == 0:
     torch.save({{"state": state, "history": res.history, "info": res.info}}, out)
+leave_distributed(info)
+exit_worker(0)
 """
 
 

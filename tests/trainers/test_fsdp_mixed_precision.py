@@ -19,7 +19,8 @@ import json, sys, torch
 sys.path.insert(0, {here!r})
 torch.set_num_threads(1)
 from rl_fakes import micro_llada
-from dare_bench.trainers.distributed import decoder_layers, init_distributed, shard_model
+from dare_bench.trainers.distributed import (decoder_layers, exit_worker, init_distributed, leave_distributed,
+                                             shard_model)
 info = init_distributed(device="cpu")
 model = micro_llada(0, n_layers=2).train()
 model.gradient_checkpointing_enable()
@@ -36,6 +37,8 @@ model(ids).float().logsumexp(-1).mean().backward()
 grads = [p.grad is not None for p in model.parameters()]
 if info.rank == 0:
     json.dump({{"seen": seen, "all_grads": all(grads)}}, open(sys.argv[1], "w"))
+leave_distributed(info)
+exit_worker(0)
 """
 
 

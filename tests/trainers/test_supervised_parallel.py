@@ -55,11 +55,13 @@ def run(kind, ckpt):
 
 
 if __name__ == "__main__":
-    from dare_bench.trainers.distributed import init_distributed
+    from dare_bench.trainers.distributed import exit_worker, init_distributed, leave_distributed
 
     info = init_distributed()
     losses, state, rows = run(sys.argv[1], sys.argv[2])
     torch.save({{"losses": losses, "state": state, "rows": rows}}, sys.argv[3] + f".{{info.rank}}")
+    leave_distributed(info)
+    exit_worker(0)
 """
 
 
