@@ -53,8 +53,9 @@ def _register_all() -> None:
 _register_all()
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)  # else `dare-bench --version` alone is refused as "Missing command"
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
 ) -> None:
     if version:
@@ -62,6 +63,9 @@ def _root(
 
         typer.echo(__version__)
         raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:  # no command: the help, and the usage error's exit code
+        typer.echo(ctx.get_help(), err=True)
+        raise typer.Exit(2)
 
 
 def main() -> None:

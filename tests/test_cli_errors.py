@@ -49,3 +49,28 @@ def test_fail_on_skip_switch_fails_every_skip_but_the_allowed_markers(tmp_path):
     assert strict.returncode == 1 and "1 failed, 1 skipped" in strict.stdout, strict.stdout
     assert "DARE_BENCH_FAIL_ON_SKIP" in strict.stdout and "fixture absent" in strict.stdout
     assert lenient.returncode == 0 and "2 skipped" in lenient.stdout, lenient.stdout
+
+
+@pytest.mark.parametrize(("args", "code"), [(["--version"], 0), (["check", "no-such-reproduction"], 2)])
+def test_a_torchrun_worker_ends_through_exit_worker_with_the_commands_code(args, code, monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1) the CLI ends with `exit_worker` (os._exit after flushing: gloo can abort an
+    interpreter teardown) and the exit code the command would give; outside torchrun it raises SystemExit as usual."""
+    from dare_bench import cli
+    from dare_bench.trainers import distributed
+
+    ended = []
+
+    def fake_exit_worker(c):
+        ended.append(c)
+        raise RuntimeError("ended")  # stands in for os._exit, which would end the test process
+
+    monkeypatch.setattr(distributed, "exit_worker", fake_exit_worker)
+    monkeypatch.setattr(sys, "argv", ["dare-bench", *args])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="ended"):
+        cli.main()
+    assert ended == [code]
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == code and ended == [code]
