@@ -148,6 +148,17 @@ def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared,
     store = Store(f"sqlite:///{db}")
     rl_run = next(r for r in store.latest_runs(limit=None) if r["reproduction"] == "d1-llada-sudoku")
 
+    # another sweep's live worker runs the control now (this process stands in for it): not started twice
+    from dare_bench.pipeline import resolve
+
+    other = store.start_run(resolve("sft-llada-sudoku", "micro", [])[1], seed=0, control_of=rl_run["uid"])
+    code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--db", str(db), "--controls",
+                           "--dry-run", "--json")
+    cells = by_name(payload(out)["cells"])
+    assert code == 0 and cells["d1-llada-sudoku"]["action"] == "skip"
+    assert f"its control (run {other}" in cells["d1-llada-sudoku"]["message"]
+    store.fail_run(other, "stood in for another sweep's worker")
+
     code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--db", str(db), "--controls",
                            "--dry-run")
     assert code == 0 and "dry-run:control" in out and "dry-run:skip" in out
@@ -161,7 +172,7 @@ def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared,
     assert (ev["action"], ev["status"], ev["control"]) == ("skip", "skipped", None)
     runs = store.latest_runs(limit=None)
     controls = store.controls_of(rl_run["uid"])
-    assert len(runs) == 3 and len(controls) == 1 and controls[0]["reproduction"] == "sft-llada-sudoku"
+    assert len(runs) == 4 and len(controls) == 1 and controls[0]["reproduction"] == "sft-llada-sudoku"
     assert [r["id"] for r in runs if r["reproduction"] == "d1-llada-sudoku"] == [rl_run["id"]]  # not repeated
     finals = [e for e in store.evaluations(controls[0]["id"]) if e["checkpoint"] == "final"]
     assert rl["control"] == finals[0]["metrics"]["accuracy"]
@@ -169,7 +180,7 @@ def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared,
     code, out, _ = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--db", str(db), "--controls", "--json")
     cells = by_name(payload(out)["cells"])
     assert code == 0 and {c["status"] for c in cells.values()} == {"skipped"}
-    assert cells["d1-llada-sudoku"]["control"] == rl["control"] and len(store.latest_runs(limit=None)) == 3
+    assert cells["d1-llada-sudoku"]["control"] == rl["control"] and len(store.latest_runs(limit=None)) == 4
 
 
 def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(home, shared, capsys, monkeypatch):
