@@ -53,9 +53,10 @@ def _register_all() -> None:
 _register_all()
 
 
-@app.callback(invoke_without_command=True)  # else `dare-bench --version` alone is refused as "Missing command"
+# invoke_without_command: else `dare-bench --version` alone is refused as "Missing command" (no arguments at all
+# still print the help, exit 2: no_args_is_help)
+@app.callback(invoke_without_command=True)
 def _root(
-    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
 ) -> None:
     if version:
@@ -63,9 +64,6 @@ def _root(
 
         typer.echo(__version__)
         raise typer.Exit(0)
-    if ctx.invoked_subcommand is None:  # no command: the help, and the usage error's exit code
-        typer.echo(ctx.get_help(), err=True)
-        raise typer.Exit(2)
 
 
 def main() -> None:

@@ -74,3 +74,8 @@ def test_a_torchrun_worker_ends_through_exit_worker_with_the_commands_code(args,
     with pytest.raises(SystemExit) as exc:
         cli.main()
     assert exc.value.code == code and ended == [code]
+
+
+def test_no_command_prints_the_help_and_exits_2():
+    res = subprocess.run([sys.executable, "-m", "dare_bench.cli"], capture_output=True, text=True)
+    assert res.returncode == 2 and "Commands" in res.stdout

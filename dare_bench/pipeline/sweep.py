@@ -384,9 +384,9 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls
                 cell.message = prev.message
                 if controls and cfg.profile.train.kind == "rl":
                     done = store.controls_of(run["uid"])
-                    running = [r for r in store.controls_of(run["uid"], status="running")
-                               if r["host"] == socket.gethostname()]  # alive: mark_orphans_failed left it running
-                    if not done and running:  # another sweep's worker runs this control now
+                    running = [] if done else [r for r in store.controls_of(run["uid"], status="running")
+                                               if r["host"] == socket.gethostname()]  # alive: orphans are failed
+                    if running:  # another sweep's worker runs this control now
                         cell.message = (f"its control (run {running[0]['id']}, pid {running[0]['pid']}) is running "
                                         "now; not started twice")
                         if not dry_run:
