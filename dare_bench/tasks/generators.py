@@ -202,15 +202,17 @@ def solve_countdown(numbers: list[int], target: int) -> str | None:
 
 
 def make_countdown_game(rng: random.Random, n_numbers: int = 3, lo: int = 1, hi: int = 100,
-                        target_lo: int = 1, target_hi: int = 100) -> tuple[list[int], int, str]:
-    """Numbers, a reachable target and one expression reaching it (integer intermediate results only)."""
+                        target_lo: int = 1, target_hi: int = 100,
+                        ops: str = "".join(_OPS)) -> tuple[list[int], int, str]:
+    """Numbers, a reachable target and one expression reaching it (integer intermediate results only), combining
+    the numbers left to right with operations drawn from ``ops``."""
     while True:
         numbers = [rng.randint(lo, hi) for _ in range(n_numbers)]
         order = rng.sample(numbers, len(numbers))
         value, expr = order[0], str(order[0])
         ok = True
         for x in order[1:]:
-            op = rng.choice(_OPS)
+            op = rng.choice(ops)
             if op == "/" and (x == 0 or value % x):
                 ok = False
                 break
