@@ -4,10 +4,12 @@ Standard data: DARE's ``rl/test/countdown_1.parquet`` (256 games, 3 numbers) and
 ``rl/train/countdown-n20000_1.parquet`` (3 and 4 numbers); without them, the seeded generator (3 numbers in 1..100,
 target 1..100, same prompt text). Also reads d1's JSONL (``{"input": "30,100,93", "output": "23"}``) and
 Countdown-Tasks rows (``nums``, ``target``). The compact format of the tiny replicas (``task_options: {max_number:
-M}``, optionally ``ops`` and ``numbers``): every split is generated, ``numbers`` numbers in 1..M combined left to
-right with ``ops`` into a positive target, and a game (its sorted numbers and target) is a test game iff a hash of
-it says so, so training never sees a test game. Graders: ``dare`` (0 / 0.1 / 1, also DARE's accuracy), ``d1``
-(``compute_score`` reward + ``parse_and_get_acc`` verdict), ``strict`` (exact arithmetic, each number once).
+M}``, optionally ``ops``, ``numbers`` and ``in_order``): every split is generated, ``numbers`` numbers in 1..M
+combined with ``ops`` into a positive target (``in_order``: in the listed order, no parentheses, the usual
+precedence), the prompt's numbers next to the answer, and a game (its numbers, sorted unless in order, and target)
+is a test game iff a hash of it says so, so training never sees a test game. Graders: ``dare`` (0 /
+0.1 / 1, also DARE's accuracy), ``d1`` (``compute_score`` reward + ``parse_and_get_acc`` verdict), ``strict`` (exact
+arithmetic, each number once).
 
     task = get_task("countdown"); ds = task.generate(4, seed=0)
     task.format_prompt(ds[0])          # "numbers 30 100 93 target 23\n"
@@ -19,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -68,32 +68,13 @@ def split_of_game(numbers: list[int], target: int, in_order: bool = False) -> st
 
 def in_order_game(rng: random.Random, numbers: int, max_number: int, ops: str) -> tuple[list[int], int, str]:
     """Numbers and one operation between each neighbour pair, read with the usual precedence and no parentheses:
-    the target is the expression's value (a positive integer; every division exact)."""
+    the target is the expression's value (a positive integer)."""
     while True:
         nums = [rng.randint(1, max_number) for _ in range(numbers)]
         expr = str(nums[0]) + "".join(rng.choice(ops) + str(x) for x in nums[1:])
-        value = _evaluate(expr)
+        value = strict.exact_value(expr)  # the strict grader's own arithmetic
         if value is not None and value.denominator == 1 and value >= 1:
             return nums, int(value), expr
-
-
-def _evaluate(expr: str) -> Fraction | None:
-    """The value of a flat ``a op b op c ...`` expression with * and / before + and - (None: a division by 0)."""
-    tokens = re.findall(r"\d+|[-+*/]", expr)
-    terms: list[Fraction] = [Fraction(int(tokens[0]))]
-    signs = [1]
-    for op, number in zip(tokens[1::2], tokens[2::2]):
-        x = Fraction(int(number))
-        if op == "*":
-            terms[-1] *= x
-        elif op == "/":
-            if x == 0 or terms[-1].denominator != 1 or (terms[-1] / x).denominator != 1:
-                return None  # only exact integer steps, as the standard games' generator keeps
-            terms[-1] /= x
-        else:
-            terms.append(x)
-            signs.append(1 if op == "+" else -1)
-    return sum((s * t for s, t in zip(signs, terms)), Fraction(0))
 
 
 def generate_compact(n: int, seed: int, split: str, max_number: int, ops: str, numbers: int,

@@ -20,7 +20,7 @@ def numbers_of(item):
 
 
 def _keys(ds):
-    return {game_key(json.loads(i.extra["numbers"]), int(i.ground_truth)) for i in ds.items}
+    return {game_key(numbers_of(i), int(i.ground_truth)) for i in ds.items}
 
 
 def test_compact_splits_never_share_a_game_and_hold_what_the_hash_says():
@@ -31,7 +31,7 @@ def test_compact_splits_never_share_a_game_and_hold_what_the_hash_says():
     assert len(_keys(train)) == len(train.items)  # distinct games
     for ds, split in ((train, "train"), (test, "test")):
         for item in ds.items[:200]:
-            assert split_of_game(json.loads(item.extra["numbers"]), int(item.ground_truth)) == split
+            assert split_of_game(numbers_of(item), int(item.ground_truth)) == split
 
 
 def test_compact_games_use_their_knobs_and_the_gold_answer_passes_the_strict_grader():
@@ -39,7 +39,7 @@ def test_compact_games_use_their_knobs_and_the_gold_answer_passes_the_strict_gra
     ds = task.load("test", limit=64)
     assert len(ds.items) == 64
     for item in ds.items:
-        numbers = json.loads(item.extra["numbers"])
+        numbers = numbers_of(item)
         assert len(numbers) == 4 and all(1 <= x <= 12 for x in numbers) and int(item.ground_truth) >= 1
         answer = task.format_answer(item, "strict")
         assert not set(answer.removeprefix("<answer>").removesuffix("</answer>")) & set("*/")
@@ -54,11 +54,11 @@ def test_compact_games_use_their_knobs_and_the_gold_answer_passes_the_strict_gra
 def test_in_order_games_list_the_numbers_in_the_answers_order_without_parentheses():
     task = get_task("countdown").with_options({**COMPACT, "ops": "+-*/", "in_order": True})
     train, test = task.load("train"), task.load("test")
-    ordered = lambda ds: {game_key(json.loads(i.extra["numbers"]), int(i.ground_truth), True) for i in ds.items}
+    ordered = lambda ds: {game_key(numbers_of(i), int(i.ground_truth), True) for i in ds.items}
     assert len(test.items) == 256 and not ordered(train) & ordered(test)
     operators = set()
     for item in test.items:
-        numbers = json.loads(item.extra["numbers"])
+        numbers = numbers_of(item)
         expr = task.format_answer(item, "strict").removeprefix("<answer>").removesuffix("</answer>")
         assert "(" not in expr and [int(x) for x in re.split(r"[-+*/]", expr)] == numbers
         operators |= set(re.findall(r"[-+*/]", expr))

@@ -99,6 +99,15 @@ def _strict_arith(node: ast.AST, used: list[int]) -> Fraction:
     raise _Reject(f"disallowed syntax: {type(node).__name__}")
 
 
+def exact_value(expr: str) -> Fraction | None:
+    """The exact value of an expression of integers, + - * / and parentheses, with the usual precedence (None:
+    other syntax, or a division by zero)."""
+    try:
+        return _strict_arith(pyast.parse(expr.replace("\n", " ").strip(), mode="eval"), [])
+    except (_Reject, SyntaxError, ValueError):
+        return None
+
+
 def strict_countdown_value(expr: str, numbers: list[int], target: int) -> tuple[bool, str]:
     expr = expr.strip().replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/")
     m = re.fullmatch(r"(.*?)\s*=\s*(-?\d+)", expr, re.DOTALL)
