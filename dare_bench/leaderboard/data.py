@@ -293,26 +293,34 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
 def winners_overview(engine: Engine, *, scale: str, include_modified: bool = False) -> pd.DataFrame:
     """The question at a glance, one row per backbone x task (x base group): the best algorithm (baseline and
     released checkpoints left out of the race), the runner-up, the margin, and whether their 95 % CIs separate
-    ("yes" / "no"; "n/a" where either has one run, so no interval)."""
+    ("yes" / "no"; "n/a" where either has one run, so no interval).
+
+    Algorithms with exactly the best mean share the win: the winner is the first of them by name, `tied_with`
+    lists the others, and the runner-up is the best algorithm below the tie (a margin of +0.000 over a co-winner
+    would say nothing)."""
     rows = []
     for backbone in facets_backbones(engine, scale):
         cells = winners(engine, backbone=backbone, scale=scale, include_modified=include_modified)
         cells = cells[cells["algorithm"] != "baseline"]
         for (group, metric), g in cells.groupby(["group", "metric"]):
-            g = g.sort_values("mean", ascending=False, kind="stable")
+            g = g.sort_values(["mean", "algorithm"], ascending=[False, True], kind="stable")
             top = g.iloc[0]
+            # equal means come from equal solve counts on one test split: compare with a tolerance for the float
+            tied = g[(top["mean"] - g["mean"]).abs() <= 1e-9]
+            below = g.iloc[len(tied):]
             row = {"backbone": backbone, "task": group, "metric": metric, "winner": top.algorithm,
+                   "tied_with": list(tied["algorithm"].iloc[1:]),
                    "mean": top["mean"], "ci95": top.ci95, "n": int(top.n), "runner_up": None, "margin": None,
                    "separated": "n/a"}
-            if len(g) > 1:
-                second = g.iloc[1]
+            if len(below):
+                second = below.iloc[0]
                 row.update(runner_up=second.algorithm, margin=float(top["mean"] - second["mean"]))
                 if top.ci95 == top.ci95 and second.ci95 == second.ci95:  # both have an interval (n > 1)
                     separated = top["mean"] - top.ci95 > second["mean"] + second.ci95
                     row["separated"] = "yes" if separated else "no"
             rows.append(row)
-    return pd.DataFrame(rows, columns=["backbone", "task", "metric", "winner", "mean", "ci95", "n", "runner_up",
-                                       "margin", "separated"])
+    return pd.DataFrame(rows, columns=["backbone", "task", "metric", "winner", "tied_with", "mean", "ci95", "n",
+                                       "runner_up", "margin", "separated"])
 
 
 def facets_backbones(engine: Engine, scale: str) -> list[str]:

@@ -38,7 +38,8 @@ def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
         cells = data.winners(engine, backbone=r.backbone, scale=scale)
         top = cells[(cells["algorithm"] == r.winner) & (cells["group"] == r.task)].iloc[0]
         control = (_pm(top.vs_control, top.vs_control_ci95, "+") + f" (n={int(top.controls)})") if top.controls else "—"
-        rows.append({"backbone": r.backbone, "task": r.task, "winner": r.winner,
+        rows.append({"backbone": r.backbone, "task": r.task,
+                     "winner": " = ".join([r.winner, *r.tied_with]) + (" (tie)" if r.tied_with else ""),
                      "score": _pm(r.mean, r.ci95) + f" (n={r.n})",
                      "runner-up": r.runner_up if isinstance(r.runner_up, str) else "—",
                      "margin": f"{r.margin:+.3f}" if r.margin is not None and not math.isnan(r.margin) else "—",

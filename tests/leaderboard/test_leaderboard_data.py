@@ -264,6 +264,20 @@ def test_overview_names_the_winner_the_margin_and_whether_cis_separate(winners_d
     assert sep.separated == "yes" and sep.n == 3
 
 
+def test_an_exact_tie_shares_the_win_and_the_runner_up_is_below_it(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    for seed, (a, b) in enumerate([(0.375, 0.30), (0.36, 0.31), (0.39, 0.29)]):
+        add_run(store, "d1", a, seed=seed)
+        add_run(store, "cj-grpo", [0.36, 0.39, 0.375][seed], seed=seed)  # the same three finals: the same mean
+        add_run(store, "sft", b, seed=seed)
+    over = L.winners_overview(L.open_reader(store.url), scale="micro").iloc[0]
+    assert (over.winner, over.tied_with, over.runner_up) == ("cj-grpo", ["d1"], "sft")  # co-winners by name
+    assert over.margin == pytest.approx(0.375 - 0.30) and over.separated == "yes"
+    from dare_bench.leaderboard.report import winners_rows
+
+    assert winners_rows(store.url, scale="micro")[0]["winner"] == "cj-grpo = d1 (tie)"
+
+
 def test_seed_bands_and_collapse_flags(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     from lb_helpers import config, evaluation
