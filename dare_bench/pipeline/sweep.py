@@ -35,7 +35,9 @@ takes only its cell with it (a multiprocessing pool would break or hang), each c
 and its own thread settings, and the cell's command line is exactly the `reproduce` a user would type, whose logs
 are kept under `$DARE_BENCH_HOME/sweeps/logs/`. Cells sharing a cached tiny base (same backbone, task, scale and
 base recipe) wait until the first of them has logged its base evaluation, so the base is trained (and evaluated)
-once instead of by every worker.
+once instead of by every worker; when that first cell fails before its base is evaluated (a base target the replica
+never reaches, a crash), the group's other cells are marked failed without training the base again, and a rerun
+of the sweep retries them.
 
 More than one machine: `--executor submitit` hands the same cell commands to submitit (the optional extra
 `pip install -e ".[sweep]"`), which submits one Slurm job per cell (`--slurm-partition`, `--slurm-time`,
@@ -450,6 +452,7 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
     running: dict[int, tuple[Cell, Any, Path, Path, float]] = {}
     started_groups: set = set()  # base groups with a cell started
     ready_groups: set = set()  # base groups whose base is cached (a cell logged its base evaluation, or ended)
+    failed_groups: dict = {}  # base group -> the cell that failed while building that base
     bar = None
     if progress and cells:
         from tqdm.auto import tqdm
@@ -457,6 +460,9 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
         bar = tqdm(total=len(cells), desc="sweep", unit="run", file=sys.stderr)
     try:
         while queue or running:
+            for cell in _cells_of_failed_bases(queue, failed_groups):
+                if bar is not None:
+                    bar.update(1)
             while queue and len(running) < jobs:
                 cell = _next_cell(queue, started_groups, ready_groups)
                 if cell is None:  # every queued cell waits for its base to be built by a running one
@@ -479,8 +485,10 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
                         ready_groups.add(group)
                     continue
                 del running[key]
-                ready_groups.add(group)
                 outcome(cell, *ended, out_path, err_path)
+                if cell.status == "failed" and group is not None and group not in ready_groups:
+                    failed_groups[group] = cell  # it died before its base was evaluated: that base does not exist
+                ready_groups.add(group)
                 cell.wall_seconds = time.perf_counter() - t0
                 if cell.status == "failed":
                     _record_failure(cell, url)
@@ -505,6 +513,22 @@ def _next_cell(queue: deque, started: set, ready: set) -> Cell | None:
             queue.remove(cell)
             return cell
     return None
+
+
+def _cells_of_failed_bases(queue: deque, failed: dict) -> list[Cell]:
+    """Take out of `queue` the cells whose shared base failed to build in this sweep, and mark them failed: each
+    would train the same base again only to fail the same way (a base target the replica never reaches costs up to
+    `max_steps` of SFT per cell). A rerun of the sweep retries them."""
+    dropped = []
+    for cell in list(queue):
+        first = failed.get(base_group(cell.cfg))
+        if first is not None:
+            queue.remove(cell)
+            cell.status = "failed"
+            cell.message = (f"not started: its base failed to build in {first.name} seed {first.seed} "
+                            f"({first.message[:200]}); rerun the sweep to retry")
+            dropped.append(cell)
+    return dropped
 
 
 def _base_ready(err_path: Path, metric: str) -> bool:

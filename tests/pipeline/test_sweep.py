@@ -395,3 +395,48 @@ def test_cells_sharing_a_base_wait_for_its_first_build():
     started.add(sweep.base_group(c.cfg))
     assert sweep._next_cell(queue, started, set()) is None
     assert sweep._next_cell(queue, started, {sweep.base_group(a.cfg)}) is b  # a logged its base evaluation
+
+
+def test_cells_whose_base_failed_to_build_fail_without_training_it_again():
+    from dare_bench.registry import get
+
+    a, b, c = (sweep.Cell(n, "micro", 0, cfg=get(n).resolve("micro"))
+               for n in ("d1-llada-sudoku", "sft-llada-sudoku", "d1-llada-countdown"))
+    a.status, a.message = "failed", "base: validation accuracy never reached the target 0.3 by step 1500"
+    queue = deque([b, c])
+    dropped = sweep._cells_of_failed_bases(queue, {sweep.base_group(a.cfg): a})
+    assert dropped == [b] and list(queue) == [c]  # c has its own base
+    assert b.status == "failed" and "its base failed to build in d1-llada-sudoku seed 0" in b.message
+    assert "never reached the target" in b.message and "rerun the sweep" in b.message
+    assert sweep._cells_of_failed_bases(queue, {}) == [] and list(queue) == [c]
+
+
+def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, monkeypatch):
+    from dare_bench.registry import get
+
+    class FakeWorkers:  # the base-building cell of llada-sudoku fails; the countdown cell finishes
+        started: list = []
+
+        def start(self, cmd, env, out_path, err_path):
+            name = cmd[cmd.index("reproduce") + 1]
+            self.started.append(name)
+            ok = name.endswith("countdown")
+            Path(out_path).write_text(json.dumps({"status": "finished", "run_id": 1}) if ok else "")
+            Path(err_path).write_text("" if ok else "base: validation accuracy never reached the target\n")
+            return (name, 0 if ok else 1)
+
+        def poll(self, handle):
+            return handle[1], None
+
+        def stop(self, handle):
+            pass
+
+    monkeypatch.setattr(sweep, "POLL_SECONDS", 0)
+    cells = [sweep.Cell(n, "micro", 0, cfg=get(n).resolve("micro"))
+             for n in ("d1-llada-sudoku", "sft-llada-sudoku", "d1-llada-countdown")]
+    workers = FakeWorkers()
+    sweep._execute(cells, workers, url="sqlite:///unused.db", jobs=1, threads=1, overrides=(), device=None,
+                   force=False, controls=False, progress=False, log=lambda _: None)
+    assert workers.started == ["d1-llada-sudoku", "d1-llada-countdown"]  # sft-llada-sudoku never trained it again
+    assert [c.status for c in cells] == ["failed", "failed", "finished"]
+    assert "its base failed to build in d1-llada-sudoku" in cells[1].message
