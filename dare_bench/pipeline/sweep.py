@@ -486,7 +486,8 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
                     continue
                 del running[key]
                 outcome(cell, *ended, out_path, err_path)
-                if cell.status == "failed" and group is not None and group not in ready_groups:
+                if (cell.status == "failed" and group is not None and group not in ready_groups
+                        and not _base_ready(err_path, cell.metric)):  # its log, read after the end: no race
                     failed_groups[group] = cell  # it died before its base was evaluated: that base does not exist
                 ready_groups.add(group)
                 cell.wall_seconds = time.perf_counter() - t0
