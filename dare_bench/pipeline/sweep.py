@@ -461,6 +461,7 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
     try:
         while queue or running:
             for cell in _cells_of_failed_bases(queue, failed_groups):
+                log(f"{cell.name} seed {cell.seed}: failed: {cell.message}")
                 if bar is not None:
                     bar.update(1)
             while queue and len(running) < jobs:

@@ -411,7 +411,7 @@ def test_cells_whose_base_failed_to_build_fail_without_training_it_again():
     assert sweep._cells_of_failed_bases(queue, {}) == [] and list(queue) == [c]
 
 
-def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, monkeypatch):
+def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, tmp_path, monkeypatch):
     from dare_bench.registry import get
 
     class FakeWorkers:  # the base-building cell of llada-sudoku fails; the countdown cell finishes
@@ -434,9 +434,10 @@ def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, monke
     monkeypatch.setattr(sweep, "POLL_SECONDS", 0)
     cells = [sweep.Cell(n, "micro", 0, cfg=get(n).resolve("micro"))
              for n in ("d1-llada-sudoku", "sft-llada-sudoku", "d1-llada-countdown")]
-    workers = FakeWorkers()
-    sweep._execute(cells, workers, url="sqlite:///unused.db", jobs=1, threads=1, overrides=(), device=None,
-                   force=False, controls=False, progress=False, log=lambda _: None)
+    workers, logged = FakeWorkers(), []
+    sweep._execute(cells, workers, url=f"sqlite:///{tmp_path / 'grid.db'}", jobs=1, threads=1, overrides=(),
+                   device=None, force=False, controls=False, progress=False, log=logged.append)
+    assert any(line.startswith("sft-llada-sudoku seed 0: failed: not started") for line in logged)
     assert workers.started == ["d1-llada-sudoku", "d1-llada-countdown"]  # sft-llada-sudoku never trained it again
     assert [c.status for c in cells] == ["failed", "failed", "finished"]
     assert "its base failed to build in d1-llada-sudoku" in cells[1].message
