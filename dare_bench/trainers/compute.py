@@ -6,7 +6,8 @@
         train_rl(model, ...)                  # or train_sft / train_preference: whatever calls the model
     meter.flops, meter.summary()              # {"flops", "token_forwards", "grad_token_forwards", "counted"}
 
-A forward hook on the model counts the tokens of every forward (`input_ids.numel()`: rollout decoding, likelihood
+A forward hook on the model counts the tokens of every forward (`input_ids.numel()`, or for a sampler forward that
+computed identical rows once, every row it stands for: `models.flops.counted_tokens`; rollout decoding, likelihood
 estimates, reference / old-policy copies made with deepcopy keep the hook and count too) and prices them with the
 weight-matmul FLOP model (`models.flops.matmul_flops_per_token`): 1x for a forward under no_grad, 3x for one with
 gradients on (its backward is 2x). Attention scores, element-wise work and the optimizer are left out, for RL and
@@ -35,6 +36,8 @@ class ComputeMeter:
     def __enter__(self) -> "ComputeMeter":
         import torch
 
+        from dare_bench.models.flops import counted_tokens
+
         meter = self
 
         # A plain closure, not a bound method: deepcopy keeps functions as they are, so a reference / old-policy
@@ -43,10 +46,11 @@ class ComputeMeter:
             ids = args[0] if args else kwargs.get("input_ids")
             if ids is None:
                 return
+            tokens = counted_tokens(ids)  # a forward over shared rows counts every row it stands for
             if torch.is_grad_enabled():
-                meter.grad_token_forwards += int(ids.numel())
+                meter.grad_token_forwards += tokens
             else:
-                meter.token_forwards += int(ids.numel())
+                meter.token_forwards += tokens
 
         self._handle = self.model.register_forward_hook(count, with_kwargs=True)
         return self

@@ -18,6 +18,7 @@ import torch
 
 from dare_bench.errors import SamplerError
 from dare_bench.models.base import shift_logits
+from dare_bench.models.flops import representing_rows
 from dare_bench.models.layers import block_causal_mask
 
 # settings every sampler takes (each family adds its own `SamplerSettings.OPTIONS`)
@@ -35,6 +36,9 @@ COMMON_OPTIONS = frozenset({
 class GenerationStats:
     forwards: int = 0
     token_forwards: int = 0  # sum over forwards of batch x query length: a hardware-free FLOP proxy
+    # rows of those forwards not computed because an identical row of the same forward was (`shared_rows_forward`);
+    # token_forwards still counts them: it is the algorithm's count, not the implementation's
+    shared_rows: int = 0
     generated_tokens: int = 0  # per sequence (mean over the batch) committed in the generated region
     tokens_per_forward: float = 0.0
     wall_seconds: float = 0.0
@@ -121,7 +125,9 @@ class SamplerRun:
         self.stats.token_forwards += int(ids.numel())
         if self.bar is not None:
             self.bar.update(1)
-        return model_logits(self.model, ids, **kwargs)
+        out, shared = shared_rows_forward(self.model, ids, kwargs)
+        self.stats.shared_rows += shared
+        return out
 
     def record(self, state: torch.Tensor, before: torch.Tensor, after: torch.Tensor, mask_id: int, end: int,
                proposal: torch.Tensor | None = None, proposal_prob: torch.Tensor | None = None):
@@ -147,6 +153,66 @@ def sampling_prob(logits: torch.Tensor, tokens: torch.Tensor, temperature: float
 def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
     out = model(ids, **kwargs)
     return out.logits if hasattr(out, "logits") else out
+
+
+# Identical canvas rows are computed once per forward (issue #16 item 4). An RL rollout decodes each prompt
+# `group_size` times: every copy starts from the same canvas, and a trained policy sampling at T < 1 often commits
+# the same tokens in several copies for many steps (tiny LLaDA at its sudoku / countdown base: 5.1x / 6.9x fewer
+# rows). A bidirectional model's row depends only on that row's inputs, so the shared row's logits are the logits of
+# each copy; on CPU they are the same bits (a matmul row does not depend on the batch's other rows there; tests/
+# diffusion/test_shared_rows.py). Forwards with per-call state (a KV cache) are never shared: their rows differ in
+# what the cache holds. `computing_every_row()` turns it off (the reference path of `bench tinyrl`).
+_SHARE_ROWS = [True]
+
+
+class computing_every_row:  # noqa: N801 - used as a context manager, named for the with-statement
+    """Within this block, sampler forwards compute every row, shared or not (module comment above)."""
+
+    def __enter__(self):
+        self._before = _SHARE_ROWS[0]
+        _SHARE_ROWS[0] = False
+        return self
+
+    def __exit__(self, *exc):
+        _SHARE_ROWS[0] = self._before
+
+
+def _row_inputs(ids: torch.Tensor, kwargs: dict[str, Any]) -> list[str] | None:
+    """Names of the keyword tensors that vary per row (batch dim = ids' batch), or None if some input is per-call
+    state (a cache, an object) whose rows cannot be told apart."""
+    per_row = []
+    for name, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            if value.dim() == 0 or value.shape[0] not in (1, ids.shape[0]):
+                return None
+            if value.shape[0] == ids.shape[0] and ids.shape[0] > 1:
+                per_row.append(name)
+        elif value is not None and not isinstance(value, (bool, int, float, str)):
+            return None
+    return per_row
+
+
+def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any]):
+    """(`model_logits(model, ids, **kwargs)`, rows not computed): identical input rows go through the model once and
+    their output is copied to every row that has them. Logits and `HiddenStates` (states indexed, head shared)."""
+    per_row = _row_inputs(ids, kwargs) if _SHARE_ROWS[0] and ids.dim() == 2 and ids.shape[0] > 1 else None
+    if per_row is None:
+        return model_logits(model, ids, **kwargs), 0
+    b = ids.shape[0]
+    # every per-row input as float64 columns (exact for token ids, 0/1 masks and float32 masks) in one key per row
+    key = torch.cat([ids.to(torch.float64)] + [kwargs[n].reshape(b, -1).to(torch.float64) for n in per_row], dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    n = unique.shape[0]
+    if n == b:
+        return model_logits(model, ids, **kwargs), 0
+    # the first row of each distinct input stands for it (deterministic, whatever the order of the duplicates)
+    first = torch.full((n,), b, dtype=torch.long, device=ids.device)
+    first.scatter_reduce_(0, inverse, torch.arange(b, device=ids.device), reduce="amin")
+    with representing_rows(b):  # the compute meter counts all b rows (models/flops.py)
+        out = model_logits(model, ids[first], **{k: (v[first] if k in per_row else v) for k, v in kwargs.items()})
+    if isinstance(out, torch.Tensor):
+        return out[inverse], b - n
+    return type(out)(out.states[inverse], out.head), b - n
 
 
 def uniform(shape, dtype, device, generator) -> torch.Tensor:

@@ -216,11 +216,18 @@ def canvas_kwargs(traits, prompt_mask: torch.Tensor | None, n_rows: int, prompt_
     return {k: (v.expand(n_rows, *v.shape[1:]) if v.shape[0] == 1 else v) for k, v in kw.items()}
 
 
-def _logits(model, ids: torch.Tensor, kwargs: dict[str, torch.Tensor], shift: int) -> torch.Tensor:
+def _logits(model, ids: torch.Tensor, kwargs: dict[str, torch.Tensor], shift: int,
+            stats: dict[str, int] | None = None) -> torch.Tensor:
+    """Logits shifted to the row convention; with `stats` (tree decoding) identical rows are computed once (a
+    node's children start as copies of it; diffusion/sampling/core.py) and counted in stats["shared_rows"]."""
+    from dare_bench.diffusion.sampling.core import model_logits, shared_rows_forward
     from dare_bench.models.base import shift_logits
 
-    out = model(ids, **kwargs)
-    return shift_logits(out.logits if hasattr(out, "logits") else out, shift)
+    if stats is None:
+        return shift_logits(model_logits(model, ids, **kwargs), shift)
+    out, shared = shared_rows_forward(model, ids, kwargs)
+    stats["shared_rows"] += shared
+    return shift_logits(out, shift)
 
 
 @torch.no_grad()
@@ -251,7 +258,7 @@ def denoise(model, x: torch.Tensor, kwargs: dict[str, torch.Tensor], *, first_st
                      if sampler.remasking == "random" else None)
         for a in range(0, rows, size):
             b = min(a + size, rows)
-            logits = _logits(model, x[a:b], {k: v[a:b] for k, v in kwargs.items()}, shift)[:, start:end]
+            logits = _logits(model, x[a:b], {k: v[a:b] for k, v in kwargs.items()}, shift, stats)[:, start:end]
             stats["forwards"] += 1
             stats["token_forwards"] += int(x[a:b].numel())
             x0 = gumbel_argmax(logits, sampler.temperature, generator)
@@ -494,7 +501,7 @@ class DTreeRPO(Algorithm):
                                sampler.gen_length, device)
         root = torch.full((n, p + sampler.gen_length), mask_id, dtype=torch.long, device=device)
         root[:, :p] = prompt_ids
-        stats = {"forwards": 0, "token_forwards": 0}
+        stats = {"forwards": 0, "token_forwards": 0, "shared_rows": 0}
         levels = [root]
         tree_of = torch.arange(n, device=device)  # tree of each row of the current level
         for level, k in enumerate(shape.children):
@@ -519,6 +526,7 @@ class DTreeRPO(Algorithm):
             torch.cuda.synchronize(device)
         generated = int((canvas[:, p:] != mask_id).sum()) // canvas.shape[0]
         st = GenerationStats(forwards=stats["forwards"], token_forwards=stats["token_forwards"],
+                             shared_rows=stats["shared_rows"],
                              generated_tokens=generated,
                              # tokens per forward along a root-to-leaf path (S forwards), as the sampler's measure
                              tokens_per_forward=generated / sampler.steps, wall_seconds=time.perf_counter() - t0)
