@@ -5,7 +5,12 @@ Issue #16 item 4 asks for a tiny RL stage fast enough for a grid. A profile of `
 sampler recomputes the whole canvas, prompt included, at every denoising step) and 17 % in the update. The
 candidates measured here, each a setting a reproduction config already has (so a run that uses one records it):
 
-- `pinned`: the tiny profile as it is (float32, the vanilla sampler);
+- `reference`: the tiny profile with every rollout row computed (`computing_every_row`): the path every grid
+  run before session 26 took;
+- `pinned`: the tiny profile as it is (float32, the vanilla sampler), whose sampler forwards compute identical
+  canvas rows once (diffusion/sampling/core.py: the group's copies of a prompt start identical, and a trained
+  policy sampling at T < 1 keeps many of them identical for many steps). No setting changes: the logits are the
+  same bits on CPU, so the policy after the timed steps must equal the reference path's (`same_as_reference`);
 - `bf16`: `model.dtype=bfloat16`: fp32 master weights, bf16 autocast for rollouts and log-prob forwards
   (trainers/precision.py; AVX512-bf16 or AMX on x86 CPUs);
 - `dual`: Fast-dLLM's dual cache for MDLM rollouts (`train.rollout.extra.use_cache=dual`,
@@ -53,6 +58,7 @@ Output: a table; `--json` prints `{"rows": [...], "ratios": [...], "settings": {
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import statistics
@@ -60,7 +66,7 @@ from typing import Any
 
 import typer
 
-PATHS = ("pinned", "bf16", "dual", "fast", "threshold")
+PATHS = ("reference", "pinned", "bf16", "dual", "fast", "threshold")
 TIMES = ("time_rollout_s", "time_prepare_s", "time_update_s", "time_step_s")
 
 
@@ -83,11 +89,18 @@ def path_train(train, path: str, *, block: int, threshold: float = 0.9):
     return train, ("bfloat16" if path in ("bf16", "fast", "threshold") else None)
 
 
+def _same_weights(a, b) -> bool:
+    import torch
+
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
 def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, base_steps: int = 0,
             paths: tuple[str, ...] = PATHS, threshold: float = 0.9) -> dict[str, Any]:
     import torch
 
     from dare_bench.catalogue import backbone as backbone_spec
+    from dare_bench.diffusion.sampling.core import computing_every_row
     from dare_bench.errors import ConfigError
     from dare_bench.pipeline.base_cache import base_sft_setup
     from dare_bench.pipeline.plan import _plugin_name, _train_items_needed
@@ -105,7 +118,7 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
         raise ConfigError(f"{entry} at {scale} has no tiny preset; `bench tinyrl` runs tiny / micro profiles")
     block_causal = backbone_spec(cfg.backbone).attention == "block_causal"
     if block_causal:  # their tiny rollouts already use the exact block cache
-        paths = tuple(p for p in paths if p in ("pinned", "bf16", "threshold"))
+        paths = tuple(p for p in paths if p in ("reference", "pinned", "bf16", "threshold"))
     task = cfg.run_task()
     tokenizer = build_task_tokenizer(cfg.task)
     items = list(load_mixture(task, train.data, _train_items_needed(cfg)))  # the run's own training items
@@ -115,12 +128,14 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
     if base_steps:
         train_sft(base_model, examples, sft_cfg, SFTRunOptions(progress=False))
     rows = []
+    reference_policy = None
     for path, (settings, dtype) in plans.items():
         settings = settings.model_copy(update={"steps": steps + 1})
         policy = copy.deepcopy(base_model)  # every path starts from the same weights
-        out = train_rl(policy, tokenizer, task, _plugin_name(cfg.algorithm), settings,
-                       RLRunOptions(seed=0, progress=False, items=items, prompt_template="plain",
-                                    grader=cfg.grader, compute_dtype=dtype))
+        with computing_every_row() if path == "reference" else contextlib.nullcontext():
+            out = train_rl(policy, tokenizer, task, _plugin_name(cfg.algorithm), settings,
+                           RLRunOptions(seed=0, progress=False, items=items, prompt_template="plain",
+                                        grader=cfg.grader, compute_dtype=dtype))
         timed = out.history[1:]  # step 1 warms up (allocator, kernels, the prompt cache)
         row = {"entry": entry, "path": path, "dtype": dtype or "float32",
                "use_cache": settings.rollout.extra.get("use_cache") or ("exact" if block_causal else "none"),
@@ -128,14 +143,24 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
                "threshold": settings.rollout.threshold,
                "rollout_forwards": statistics.median(h["rollout_forwards"] for h in timed),
                "rows_per_step": train.batch_prompts * train.group_size, "threads": torch.get_num_threads(),
-               "reward_mean": statistics.mean(h["reward_mean"] for h in timed)}
+               "reward_mean": statistics.mean(h["reward_mean"] for h in timed),
+               # the share of rollout rows an identical row's forward served
+               "shared_rows": (sum(h["rollout_shared_rows"] for h in timed)
+                               / sum(h["rollout_forwards"] * train.batch_prompts * train.group_size for h in timed)),
+               "same_as_reference": None}
         row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})
+        if path == "reference":
+            reference_policy = policy
+        elif reference_policy is not None:
+            row["same_as_reference"] = _same_weights(policy, reference_policy)
         rows.append(row)
-        del policy, out
-    pinned = next(r for r in rows if r["path"] == "pinned") if "pinned" in paths else None
-    ratios = [] if pinned is None else [
-        {"path": r["path"], **{k.replace("time_", "").replace("_s", ""): pinned[k] / r[k] for k in TIMES}}
-        for r in rows if r["path"] != "pinned"]
+        del out
+    # ratios against the slowest baseline measured: the reference path, else the pinned one
+    base = next((r for name in ("reference", "pinned") for r in rows if r["path"] == name), None)
+    ratios = [] if base is None else [
+        {"path": r["path"], "over": base["path"],
+         **{k.replace("time_", "").replace("_s", ""): base[k] / r[k] for k in TIMES}}
+        for r in rows if r is not base]
     settings_out = {"entry": entry, "scale": scale, "timed_steps": steps, "block": block, "base_steps": base_steps,
                     "threshold": threshold,
                     "threads": torch.get_num_threads()}
@@ -147,14 +172,16 @@ def _table(out: dict[str, Any]) -> str:
     lines = [f"the RL stage of {s['entry']} at {s['scale']} scale: median of {s['timed_steps']} timed steps after one "
              f"warm-up, {s['threads']} thread(s), policy = the preset after {s['base_steps']} SFT steps",
              f"{'path':9} {'dtype':9} {'cache':6} {'block':>5} {'steps':>5} {'thresh':>6} {'fwds':>5} {'rows':>4} "
-             f"{'rollout s':>9} {'prepare s':>9} {'update s':>9} {'step s':>8}"]
+             f"{'shared':>6} {'rollout s':>9} {'prepare s':>9} {'update s':>9} {'step s':>8} {'= ref':>5}"]
     for r in out["rows"]:
         lines.append(f"{r['path']:9} {r['dtype']:9} {r['use_cache']:6} {str(r['block_length'] or '-'):>5} "
                      f"{r['rollout_steps']:5d} {str(r['threshold'] or '-'):>6} {r['rollout_forwards']:5.0f} "
-                     f"{r['rows_per_step']:4d} {r['time_rollout_s']:9.2f} "
-                     f"{r['time_prepare_s']:9.2f} {r['time_update_s']:9.2f} {r['time_step_s']:8.2f}")
+                     f"{r['rows_per_step']:4d} {r['shared_rows']:6.1%} {r['time_rollout_s']:9.2f} "
+                     f"{r['time_prepare_s']:9.2f} {r['time_update_s']:9.2f} {r['time_step_s']:8.2f} "
+                     f"{ {True: 'yes', False: 'no', None: '-'}[r['same_as_reference']]:>5}")
     if out["ratios"]:
-        lines.append("speed-up, pinned / path seconds:")
+        lines.append(f"speed-up, {out['ratios'][0]['over']} / path seconds "
+                     "(= ref: the policy after the timed steps equals the reference path's, bit for bit):")
         for r in out["ratios"]:
             lines.append(f"  {r['path']:9} rollout {r['rollout']:5.2f}x  prepare {r['prepare']:5.2f}x  update "
                          f"{r['update']:5.2f}x  step {r['step']:5.2f}x")
@@ -177,8 +204,8 @@ def register(group: typer.Typer) -> None:
                                         help="confidence threshold of the `threshold` path's rollouts"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
     ):
-        """The RL stage of a tiny reproduction as pinned vs bf16 / Fast-dLLM dual-cache / threshold rollouts
-        (ratios)."""
+        """The RL stage of a tiny reproduction: every row computed vs pinned (shared rows) vs bf16 / Fast-dLLM
+        dual-cache / threshold rollouts (ratios)."""
         import torch
 
         from dare_bench.errors import ConfigError

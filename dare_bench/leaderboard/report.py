@@ -36,8 +36,17 @@ def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
     rows = []
     for r in over.itertuples():
         cells = data.winners(engine, backbone=r.backbone, scale=scale)
-        top = cells[(cells["algorithm"] == r.winner) & (cells["group"] == r.task)].iloc[0]
-        control = (_pm(top.vs_control, top.vs_control_ci95, "+") + f" (n={int(top.controls)})") if top.controls else "—"
+        group = cells[cells["group"] == r.task]
+        top = group[group["algorithm"] == r.winner].iloc[0]
+        control = "—"
+        # a tie's co-winners share the score: the control column takes the first of them (by name) with controls,
+        # named when it is not the first-named winner
+        for name in [r.winner, *r.tied_with]:
+            row = group[group["algorithm"] == name].iloc[0]
+            if row.controls:
+                control = (_pm(row.vs_control, row.vs_control_ci95, "+") + f" (n={int(row.controls)}"
+                           + ("" if name == r.winner else f", {name}") + ")")
+                break
         rows.append({"backbone": r.backbone, "task": r.task,
                      "winner": " = ".join([r.winner, *r.tied_with]) + (" (tie)" if r.tied_with else ""),
                      "score": _pm(r.mean, r.ci95) + f" (n={r.n})",

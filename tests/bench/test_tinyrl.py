@@ -76,3 +76,13 @@ def test_json_mode(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [r["path"] for r in out["rows"]] == ["pinned", "bf16"] and out["settings"]["threads"] == 1
+
+
+def test_pinned_path_shares_rows_and_ends_with_the_reference_paths_weights():
+    out = measure("d1-llada-sudoku", scale="micro", steps=1, paths=("reference", "pinned", "bf16"))
+    reference, pinned, _ = out["rows"]
+    assert reference["shared_rows"] == 0 and pinned["shared_rows"] > 0  # a group's copies start identical
+    assert reference["same_as_reference"] is None and pinned["same_as_reference"] is True
+    assert pinned["reward_mean"] == reference["reward_mean"]
+    assert [(r["path"], r["over"]) for r in out["ratios"]] == [("pinned", "reference"), ("bf16", "reference")]
+    assert out["ratios"][0]["step"] == pytest.approx(reference["time_step_s"] / pinned["time_step_s"])

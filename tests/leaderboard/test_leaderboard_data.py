@@ -13,7 +13,7 @@ from dare_bench.errors import StoreError
 from dare_bench.leaderboard import data as L
 from dare_bench.store import EvaluationRecord, Store
 
-from lb_helpers import add_run, config
+from lb_helpers import add_run, config, evaluation
 
 
 def _cell(cells, algorithm, task="sudoku"):
@@ -86,8 +86,6 @@ def test_runs_on_different_bases_are_different_groups(tmp_path):
 def test_latest_final_evaluation_counts_once_per_run(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 't.db'}")
     run_id = add_run(store, "d1", 0.3)
-    from lb_helpers import evaluation
-
     store.add_evaluation(run_id, evaluation("sudoku", 0.6, "final"))  # a later re-evaluation
     cells = L.winners(L.open_reader(store.url), backbone="llada", scale="micro")
     assert _cell(cells, "d1").n == 1 and _cell(cells, "d1")["mean"] == pytest.approx(0.6)
@@ -266,8 +264,9 @@ def test_overview_names_the_winner_the_margin_and_whether_cis_separate(winners_d
 
 def test_an_exact_tie_shares_the_win_and_the_runner_up_is_below_it(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    d1_runs = []
     for seed, (a, b) in enumerate([(0.375, 0.30), (0.36, 0.31), (0.39, 0.29)]):
-        add_run(store, "d1", a, seed=seed)
+        d1_runs.append(add_run(store, "d1", a, seed=seed))
         add_run(store, "cj-grpo", [0.36, 0.39, 0.375][seed], seed=seed)  # the same three finals: the same mean
         add_run(store, "sft", b, seed=seed)
     over = L.winners_overview(L.open_reader(store.url), scale="micro").iloc[0]
@@ -275,13 +274,20 @@ def test_an_exact_tie_shares_the_win_and_the_runner_up_is_below_it(tmp_path):
     assert over.margin == pytest.approx(0.375 - 0.30) and over.separated == "yes"
     from dare_bench.leaderboard.report import winners_rows
 
-    assert winners_rows(store.url, scale="micro")[0]["winner"] == "cj-grpo = d1 (tie)"
+    row = winners_rows(store.url, scale="micro")[0]
+    assert row["winner"] == "cj-grpo = d1 (tie)" and row["vs SFT control"] == "—"
+    # only the second-named co-winner has SFT controls: the column shows them and names it
+    for seed, control in enumerate([0.30, 0.31, 0.32]):
+        rl = store.get_run(d1_runs[seed])
+        cid = store.start_run(config("sft", "llada", "sudoku", "micro"), seed=seed, control_of=rl["uid"],
+                              code_version="test-version", packages={"torch": "2.13.0"}, hardware={"cpu": "test"})
+        store.finish_run(cid, [evaluation("sudoku", 0.1, "base"), evaluation("sudoku", control, "final", step=4)])
+    row = winners_rows(store.url, scale="micro")[0]
+    assert row["vs SFT control"].startswith("+0.065 ± ") and row["vs SFT control"].endswith("(n=3, d1)")
 
 
 def test_seed_bands_and_collapse_flags(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
-    from lb_helpers import config, evaluation
-
     for seed, rewards in enumerate([[0.1, 0.5, 0.6, 0.1], [0.1, 0.3, 0.5, 0.6]]):
         run_id = store.start_run(config("d1", "llada", "sudoku", "micro"), seed=seed, code_version="t",
                                  packages={"torch": "2"}, hardware={"cpu": "t"})
@@ -300,8 +306,6 @@ def test_seed_bands_and_collapse_flags(tmp_path):
 
 def test_accuracy_against_tokens_per_forward(winners_db, tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
-    from lb_helpers import evaluation
-
     run_id = add_run(store, "d1", 0.4)
     ev = evaluation("sudoku", 0.6, "final")
     store.add_evaluation(run_id, ev.model_copy(update={"metrics": {"accuracy": 0.6, "tokens_per_forward": 3.5}}))
