@@ -2,8 +2,9 @@
 
 Issue #16 item 4 asks for a tiny RL stage fast enough for a grid. A profile of `d1-llada-sudoku` at tiny scale
 (py-spy, one thread) put 83 % of the RL stage in the rollout's forwards (`Linear.forward` alone 61 %: the vanilla
-sampler recomputes the whole canvas, prompt included, at every denoising step) and 17 % in the update. The
-candidates measured here, each a setting a reproduction config already has (so a run that uses one records it):
+sampler recomputes the whole canvas, prompt included, at every denoising step) and 17 % in the update. The paths
+measured here: the reference, what the pinned profile does now, and candidates that are each a setting a
+reproduction config already has (so a run that uses one records it):
 
 - `reference`: the tiny profile with every rollout row computed (`computing_every_row`): the path every grid
   run before session 26 took;
@@ -22,23 +23,28 @@ candidates measured here, each a setting a reproduction config already has (so a
   forward), over the profile's own canvas and blocks, no cache. Fewer forwards per rollout, the same low-confidence
   order; also DARE's own rollout setting.
 Block-diffusion backbones (SDAR, LLaDA2) already decode their tiny rollouts with the exact block KV cache, so only
-`pinned`, `bf16` and `threshold` apply to them.
+`reference`, `pinned`, `bf16` and `threshold` apply to them (a cached forward shares no rows: pinned = reference).
 
 Protocol, all in one process, `--threads` torch threads (default 1, the tiny default): the entry's tiny profile, its
 plug-in settings unchanged; the policy is the tiny preset initialised from `base.seed` and SFT-trained for
-`--base-steps` steps (0: the initialisation). The fixed-step samplers run the same forwards whatever the weights;
-the `threshold` path's count falls as the policy grows confident, so time it from a trained policy (`--base-steps`
-near the entry's base step: 260 for LLaDA sudoku). `--steps` timed RL steps after one warm-up step, each on the
-profile's batch (`batch_prompts` x `group_size`); no evaluation or checkpoints. Reported: the median seconds of
-rollout, prepare, update and the whole step per path, the rollout forwards per step, and pinned / path ratios.
-Whether a faster path keeps a learning check's result is not measured here: that needs the check's seeds run on it
+`--base-steps` steps (0: the initialisation). The fixed-step samplers run the same forwards whatever the weights,
+but the rows they share, and the `threshold` path's forward count, grow as the policy grows confident: time them
+from a trained policy (`--base-steps` near the entry's base step: 260 for LLaDA sudoku).
+`--steps` timed RL steps after one warm-up step, each on the profile's batch (`batch_prompts` x `group_size`); no
+evaluation or checkpoints. Reported: the median seconds of rollout, prepare, update and the whole step per path, the
+rollout forwards per step, the share of rollout rows shared, whether the policy equals the reference path's after
+the timed steps, and reference (else pinned) / path ratios. Whether a path that changes numerics keeps a learning
+check's result is not measured here: that needs the check's seeds run on it
 (`dare-bench reproduce d1-llada-sudoku --seed S model.dtype=bfloat16 train.rollout.threshold=0.9`).
 
-Measured (session 22, one thread, two other tiny runs on the 2 cores; `--paths pinned,bf16,threshold
---base-steps 260`, d1-llada-sudoku): step 5.07 s pinned, 2.46 s bf16 (2.06x), 1.35 s threshold (3.75x; rollout
-4.84x, 11 forwards instead of 24). The learning checks on the threshold path (`reproduce NAME --seed S
-model.dtype=bfloat16 train.rollout.threshold=0.9`, the shared base at 20.2 %, 3 seeds, exact solve on the 500 test
-puzzles, mean +- 95 % CI; pinned from the bundle):
+Measured (session 26, one thread, one other tiny run on the 2 cores; `--paths reference,pinned,bf16 --base-steps
+260`, d1-llada-sudoku): step 5.54 s reference, 1.68 s pinned (3.30x; rollout 4.74x, 80 % of rollout rows shared;
+the same policy after the timed steps, bit for bit), 1.55 s bf16 (3.58x). The pinned path changes no setting and no
+bit, so every learning-check result holds on it: rerunning bundle cells gives their finals exactly (the session-26
+note). Session 22, before rows were shared (`--paths pinned,bf16,threshold`): step 5.07 s pinned, 2.46 s bf16
+(2.06x), 1.35 s threshold (3.75x; rollout 4.84x, 11 forwards instead of 24). The learning checks on the threshold
+path (`reproduce NAME --seed S model.dtype=bfloat16 train.rollout.threshold=0.9`, the shared base at 20.2 %, 3 seeds,
+exact solve on the 500 test puzzles, mean +- 95 % CI; pinned from the bundle):
     d1            .232 .224 .234 -> .230 +- .013   pinned .226 +- .023   whole reproduce 100-112 s vs ~330 s
     coupled-grpo  .248 .290 .254 -> .264 +- .056   pinned .273 +- .022
     bgpo          .224 .262 .224 -> .237 +- .055   pinned .267 +- .022
@@ -49,6 +55,7 @@ quick look (runs marked modified), not the grid's recipe. bf16 also needs bf16 h
 it is emulated it is slower than float32.
 
     dare-bench bench tinyrl                                   # d1-llada-sudoku, every path, 3 timed steps
+    dare-bench bench tinyrl --paths reference,pinned --base-steps 260      # issue #16 item 4's ratio
     dare-bench bench tinyrl --paths pinned,threshold --base-steps 260
     dare-bench bench tinyrl bgpo-sdar-sudoku --steps 2 --json
     dare-bench bench tinyrl d1-llada-arith --block 8 --base-steps 100
