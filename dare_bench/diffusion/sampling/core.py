@@ -158,10 +158,11 @@ def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
 # Identical canvas rows are computed once per forward (issue #16 item 4). An RL rollout decodes each prompt
 # `group_size` times: every copy starts from the same canvas, and a trained policy sampling at T < 1 often commits
 # the same tokens in several copies for many steps (tiny LLaDA at its sudoku / countdown base: 5.1x / 6.9x fewer
-# rows). A bidirectional model's row depends only on that row's inputs, so the shared row's logits are the logits of
+# rows). Every backbone computes a row from that row's inputs alone, so the shared row's logits are the logits of
 # each copy; on CPU they are the same bits (a matmul row does not depend on the batch's other rows there; tests/
 # diffusion/test_shared_rows.py). Forwards with per-call state (a KV cache) are never shared: their rows differ in
-# what the cache holds. `computing_every_row()` turns it off (the reference path of `bench tinyrl`).
+# what the cache holds; nor are forwards on a GPU (below). `computing_every_row()` turns it off (the reference path
+# of `bench tinyrl`).
 _SHARE_ROWS = [True]
 
 
@@ -195,7 +196,11 @@ def _row_inputs(ids: torch.Tensor, kwargs: dict[str, Any]) -> list[str] | None:
 def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any]):
     """(`model_logits(model, ids, **kwargs)`, rows not computed): identical input rows go through the model once and
     their output is copied to every row that has them. Logits and `HiddenStates` (states indexed, head shared)."""
-    per_row = _row_inputs(ids, kwargs) if _SHARE_ROWS[0] and ids.dim() == 2 and ids.shape[0] > 1 else None
+    # CPU only: there a matmul row does not depend on the batch's size; cuBLAS picks kernels (split-K) by shape, so
+    # on a GPU the shared row could differ from the plain forward's in the last bits, and the official samplers'
+    # token-exactness is the rule
+    shareable = _SHARE_ROWS[0] and ids.device.type == "cpu" and ids.dim() == 2 and ids.shape[0] > 1
+    per_row = _row_inputs(ids, kwargs) if shareable else None
     if per_row is None:
         return model_logits(model, ids, **kwargs), 0
     b = ids.shape[0]
