@@ -153,7 +153,7 @@ def measure(entry: str, *, scale: str = "tiny", steps: int = 3, block: int = 8, 
                "reward_mean": statistics.mean(h["reward_mean"] for h in timed),
                # the share of rollout rows an identical row's forward served
                "shared_rows": (sum(h["rollout_shared_rows"] for h in timed)
-                               / sum(h["rollout_forwards"] * train.batch_prompts * train.group_size for h in timed)),
+                               / max(sum(h["rollout_row_forwards"] for h in timed), 1.0)),
                "same_as_reference": None}
         row.update({k: statistics.median(h[k] for h in timed) for k in TIMES})
         if path == "reference":

@@ -744,7 +744,9 @@ class RLRecipe:
             "advantage_abs_mean": float(adv.abs().mean()),
             "tokens_per_forward": _row_weighted([roll["output"].stats.tokens_per_forward for roll in rolls], n_rows),
             "rollout_forwards": float(sum(roll["output"].stats.forwards for roll in rolls)),
-            # rows of those forwards an identical row's forward served (diffusion/sampling/core.py)
+            # rows the rollout forwards decoded, and how many of them an identical row's forward served
+            # (diffusion/sampling/core.py)
+            "rollout_row_forwards": float(sum(roll["output"].stats.row_forwards for roll in rolls)),
             "rollout_shared_rows": float(sum(roll["output"].stats.shared_rows for roll in rolls)),
             **_mean_metrics(stats.algo_records),
             "time_rollout_s": sum(roll["time_rollout_s"] for roll in rolls),

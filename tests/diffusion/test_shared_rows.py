@@ -78,6 +78,7 @@ def test_generate_group_copies_same_tokens_fewer_rows_same_counted_compute():
     (every, every_tokens), (shared, shared_tokens) = runs["every"], runs["shared"]
     assert torch.equal(every.sequences, shared.sequences)
     assert every.stats.forwards == shared.stats.forwards == 12
+    assert every.stats.row_forwards == shared.stats.row_forwards == 12 * 8
     assert every.stats.token_forwards == shared.stats.token_forwards == every_tokens == shared_tokens
     assert every.stats.shared_rows == 0
     # at least the first step: four identical canvases per prompt, two rows computed instead of eight

@@ -36,8 +36,9 @@ COMMON_OPTIONS = frozenset({
 class GenerationStats:
     forwards: int = 0
     token_forwards: int = 0  # sum over forwards of batch x query length: a hardware-free FLOP proxy
+    row_forwards: int = 0  # sum over forwards of the batch's rows
     # rows of those forwards not computed because an identical row of the same forward was (`shared_rows_forward`);
-    # token_forwards still counts them: it is the algorithm's count, not the implementation's
+    # token_forwards and row_forwards still count them: they are the algorithm's counts, not the implementation's
     shared_rows: int = 0
     generated_tokens: int = 0  # per sequence (mean over the batch) committed in the generated region
     tokens_per_forward: float = 0.0
@@ -123,6 +124,7 @@ class SamplerRun:
     def forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
         self.stats.forwards += 1
         self.stats.token_forwards += int(ids.numel())
+        self.stats.row_forwards += int(ids.shape[0])
         if self.bar is not None:
             self.bar.update(1)
         out, shared = shared_rows_forward(self.model, ids, kwargs)

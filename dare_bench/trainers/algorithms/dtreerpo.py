@@ -261,6 +261,7 @@ def denoise(model, x: torch.Tensor, kwargs: dict[str, torch.Tensor], *, first_st
             logits = _logits(model, x[a:b], {k: v[a:b] for k, v in kwargs.items()}, shift, stats)[:, start:end]
             stats["forwards"] += 1
             stats["token_forwards"] += int(x[a:b].numel())
+            stats["row_forwards"] += b - a
             x0 = gumbel_argmax(logits, sampler.temperature, generator)
             if sampler.remasking == "low_confidence":
                 conf = torch.softmax(logits.float(), dim=-1).gather(-1, x0.unsqueeze(-1)).squeeze(-1)
@@ -501,7 +502,7 @@ class DTreeRPO(Algorithm):
                                sampler.gen_length, device)
         root = torch.full((n, p + sampler.gen_length), mask_id, dtype=torch.long, device=device)
         root[:, :p] = prompt_ids
-        stats = {"forwards": 0, "token_forwards": 0, "shared_rows": 0}
+        stats = {"forwards": 0, "token_forwards": 0, "row_forwards": 0, "shared_rows": 0}
         levels = [root]
         tree_of = torch.arange(n, device=device)  # tree of each row of the current level
         for level, k in enumerate(shape.children):
@@ -526,7 +527,7 @@ class DTreeRPO(Algorithm):
             torch.cuda.synchronize(device)
         generated = int((canvas[:, p:] != mask_id).sum()) // canvas.shape[0]
         st = GenerationStats(forwards=stats["forwards"], token_forwards=stats["token_forwards"],
-                             shared_rows=stats["shared_rows"],
+                             row_forwards=stats["row_forwards"], shared_rows=stats["shared_rows"],
                              generated_tokens=generated,
                              # tokens per forward along a root-to-leaf path (S forwards), as the sampler's measure
                              tokens_per_forward=generated / sampler.steps, wall_seconds=time.perf_counter() - t0)
