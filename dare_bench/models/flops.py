@@ -11,30 +11,28 @@ the LM head. Attention scores (4 x layers x d x context per token) and element-w
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 # Rows the model call being made stands for, when a sampler computes identical rows once (diffusion/sampling/
 # core.py `shared_rows_forward`): the compute meter counts the rows the algorithm asked for, so an RL run's FLOPs,
 # and the compute-matched SFT control's budget, do not depend on how many rows happened to be shared.
-_REPRESENTED_ROWS: list[int | None] = [None]
+_REPRESENTED_ROWS: contextvars.ContextVar[int | None] = contextvars.ContextVar("represented_rows", default=None)
 
 
-class representing_rows:  # noqa: N801 - a context manager, named for the with-statement
+@contextlib.contextmanager
+def representing_rows(rows: int):
     """Within this block the model's forward stands for `rows` rows (its own batch is smaller)."""
-
-    def __init__(self, rows: int):
-        self.rows = rows
-
-    def __enter__(self):
-        self._before = _REPRESENTED_ROWS[0]
-        _REPRESENTED_ROWS[0] = self.rows
-        return self
-
-    def __exit__(self, *exc):
-        _REPRESENTED_ROWS[0] = self._before
+    token = _REPRESENTED_ROWS.set(rows)
+    try:
+        yield
+    finally:
+        _REPRESENTED_ROWS.reset(token)
 
 
 def counted_tokens(ids) -> int:
     """Tokens a forward over `ids` `[B, L]` counts: B x L, or the represented rows x L inside `representing_rows`."""
-    rows = _REPRESENTED_ROWS[0]
+    rows = _REPRESENTED_ROWS.get()
     if rows is None or ids.dim() < 2 or ids.shape[0] == 0:
         return int(ids.numel())
     return int(ids.numel()) // int(ids.shape[0]) * rows

@@ -9,6 +9,8 @@ settings every sampler takes (`CallSettings`), lets the family build and validat
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -165,19 +167,17 @@ def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
 # diffusion/test_shared_rows.py). Forwards with per-call state (a KV cache) are never shared: their rows differ in
 # what the cache holds; nor are forwards on a GPU (below). `computing_every_row()` turns it off (the reference path
 # of `bench tinyrl`).
-_SHARE_ROWS = [True]
+_SHARE_ROWS: contextvars.ContextVar[bool] = contextvars.ContextVar("share_rows", default=True)
 
 
-class computing_every_row:  # noqa: N801 - used as a context manager, named for the with-statement
+@contextlib.contextmanager
+def computing_every_row():
     """Within this block, sampler forwards compute every row, shared or not (module comment above)."""
-
-    def __enter__(self):
-        self._before = _SHARE_ROWS[0]
-        _SHARE_ROWS[0] = False
-        return self
-
-    def __exit__(self, *exc):
-        _SHARE_ROWS[0] = self._before
+    token = _SHARE_ROWS.set(False)
+    try:
+        yield
+    finally:
+        _SHARE_ROWS.reset(token)
 
 
 def _row_inputs(ids: torch.Tensor, kwargs: dict[str, Any]) -> list[str] | None:
@@ -201,7 +201,7 @@ def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any]):
     # CPU only: there a matmul row does not depend on the batch's size; cuBLAS picks kernels (split-K) by shape, so
     # on a GPU the shared row could differ from the plain forward's in the last bits, and the official samplers'
     # token-exactness is the rule
-    shareable = _SHARE_ROWS[0] and ids.device.type == "cpu" and ids.dim() == 2 and ids.shape[0] > 1
+    shareable = _SHARE_ROWS.get() and ids.device.type == "cpu" and ids.dim() == 2 and ids.shape[0] > 1
     per_row = _row_inputs(ids, kwargs) if shareable else None
     if per_row is None:
         return model_logits(model, ids, **kwargs), 0
