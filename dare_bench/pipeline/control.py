@@ -12,13 +12,31 @@ The control is the registry's `sft-<backbone>-<task>` entry at the RL run's scal
 same cached base: the two base weight hashes are checked equal), with `train.compute_budget_flops` = the FLOPs the
 RL run counted (trainers/compute.py: rollouts, likelihoods, reference forwards and backward passes, by one rule)
 and `train.steps` a cap it cannot reach first: each SFT step trains at least batch x answer-length tokens.
+
+Controls of one row share a trajectory. The controls of every RL algorithm on one base and seed are the same SFT
+run stopped at different budgets: a length-free LR schedule, batches and noise drawn from the seed, the same start.
+So a budgeted SFT run keeps its final trainer state under `DARE_BENCH_HOME/control-stretches/<trajectory>/` and a
+later one with a larger budget continues from the longest kept stretch below it (`TrainRunOptions.continue_from`)
+instead of training from step 0: the same weights and step metrics bit for bit (tests/pipeline/test_control.py), in
+the time of the difference. The trajectory key (`trajectory_key`) holds everything that moves the bits: the recipe
+without its length, seed, base weights, torch version, thread count and device. The run record's compute says
+which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in order of
+budget, so each continues the previous one. The folder is a cache: deleting it costs time, not results.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from dare_bench.errors import ConfigError, DataError
+
+STRETCHES = "control-stretches"  # under DARE_BENCH_HOME
+STRETCH_FILE = "stretch.json"  # beside the trainer checkpoint: where the stretch ends and what it counted
 
 
 def control_name(backbone: str, task: str) -> str:
@@ -70,4 +88,75 @@ def run_control(rl, *, db: str | None = None, log=print, progress: bool = True, 
     return control
 
 
-__all__ = ["control_name", "control_overrides", "run_control"]
+# ------------------------------------------------------------------------------- one trajectory, many budgets
+
+@dataclass
+class Stretch:
+    """A kept end of a budgeted SFT run: its trainer checkpoint, step, meter summary and the run that wrote it."""
+
+    checkpoint: Path
+    step: int
+    compute: dict[str, Any]
+    run_uid: str | None
+
+
+def trajectory_key(cfg, seed: int, base_sha256: str, device: str) -> str:
+    """What fixes a budgeted SFT run's trajectory apart from where it stops: the resolved recipe without its
+    length (`train.steps`, `train.compute_budget_flops`), the seed, the base weights, and what moves the bits of a
+    step (torch version, thread count, device)."""
+    import hashlib
+
+    import torch
+
+    from dare_bench.config import canonical_json
+
+    recipe = cfg.semantic_dict()
+    for length in ("steps", "compute_budget_flops"):
+        recipe["profile"]["train"].pop(length, None)
+    key = {"recipe": recipe, "seed": int(seed), "base": base_sha256, "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "device": str(device)}
+    return hashlib.sha256(canonical_json(key).encode()).hexdigest()
+
+
+def stretches_dir(key: str) -> Path:
+    from dare_bench.fileio import dare_bench_home
+
+    return dare_bench_home() / STRETCHES / key[:32]
+
+
+def kept_stretches(key: str) -> list[Stretch]:
+    """The complete stretches kept for `key`, shortest first (an unreadable one is skipped: it is a cache)."""
+    found = []
+    root = stretches_dir(key)
+    for sub in sorted(root.glob("step-*")) if root.is_dir() else []:
+        try:
+            meta = json.loads((sub / STRETCH_FILE).read_text())
+            found.append(Stretch(sub, int(meta["step"]), dict(meta["compute"]), meta.get("run_uid")))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(found, key=lambda s: s.step)
+
+
+def longest_stretch_below(key: str, budget_flops: float) -> Stretch | None:
+    """The kept stretch a run with `budget_flops` continues: the longest whose count is below the budget (a run
+    from step 0 would have gone past its end)."""
+    below = [s for s in kept_stretches(key) if float(s.compute["flops"]) < budget_flops]
+    return below[-1] if below else None
+
+
+def keep_stretch(key: str, checkpoint: str | Path, step: int, compute: dict[str, Any], run_uid: str | None) -> Path:
+    """Copy a finished budgeted run's final trainer checkpoint into the trajectory's stretches (atomically)."""
+    from dare_bench.fileio import atomic_directory
+
+    dest = stretches_dir(key) / f"step-{int(step):08d}"
+    if dest.is_dir():
+        return dest  # the same trajectory's same step: the same bits, already kept
+    counts = {k: compute[k] for k in ("flops", "token_forwards", "grad_token_forwards", "flops_per_token")}
+    with atomic_directory(dest) as tmp:
+        shutil.copytree(checkpoint, tmp, dirs_exist_ok=True)
+        (tmp / STRETCH_FILE).write_text(json.dumps({"step": int(step), "compute": counts, "run_uid": run_uid}) + "\n")
+    return dest
+
+
+__all__ = ["Stretch", "control_name", "control_overrides", "keep_stretch", "kept_stretches", "longest_stretch_below",
+           "run_control", "stretches_dir", "trajectory_key"]

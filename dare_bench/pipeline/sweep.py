@@ -83,6 +83,7 @@ class Cell:
     base: float | None = None
     final: float | None = None
     control: float | None = None  # --controls: the final metric of its compute-matched SFT control
+    budget: float | None = None  # a control-only cell: the FLOPs its RL run counted (its control's budget)
     wall_seconds: float | None = None
     message: str = ""
     log: str | None = None  # the worker's stderr log
@@ -336,6 +337,7 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     url = resolve_url(db)
     todo = [c for c in cells if c.status == "pending"]
     _decide(todo, url, force=force, dry_run=dry_run, controls=controls)
+    todo = controls_by_budget(todo)
     if dry_run:
         _dry_run_plans(todo, overrides=overrides, device=device)
         return cells
@@ -350,6 +352,17 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     _execute([c for c in todo if c.status == "pending"], workers, url=url, jobs=jobs, threads=threads,
              overrides=overrides, device=device, force=force, controls=controls, progress=progress, log=log)
     return cells
+
+
+def controls_by_budget(cells: list[Cell]) -> list[Cell]:
+    """The control-only cells in order of budget, smallest first, in the places they held: controls of one row
+    and seed share one SFT trajectory (pipeline/control.py), so each continues where the one before it stopped."""
+    slots = [i for i, c in enumerate(cells) if c.action == "control"]
+    ordered = sorted((cells[i] for i in slots), key=lambda c: (c.budget is None, c.budget or 0.0))
+    out = list(cells)
+    for i, cell in zip(slots, ordered):
+        out[i] = cell
+    return out
 
 
 def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls: bool = False) -> None:
@@ -396,6 +409,7 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls
                         continue
                     if not done:  # the RL run stands; its control is what is left to run
                         cell.action, cell.message = "control", "RL run finished; runs its compute-matched SFT control"
+                        cell.budget = (run.get("compute") or {}).get("flops")
                         continue
                     cell.control = _final_metric(store, done[0]["id"], cell.metric)
                 if not dry_run:

@@ -31,6 +31,7 @@ class ComputeMeter:
         self.flops_per_token = matmul_flops_per_token(model)
         self.token_forwards = 0
         self.grad_token_forwards = 0
+        self.continued_from: dict[str, Any] | None = None  # `carry`: the earlier stretch this run continued
         self._handle = None
 
     def __enter__(self) -> "ComputeMeter":
@@ -64,14 +65,28 @@ class ComputeMeter:
     def flops(self) -> float:
         return self.flops_per_token * (self.token_forwards + 3 * self.grad_token_forwards)
 
+    def carry(self, earlier: dict[str, Any], source: dict[str, Any]) -> None:
+        """Add the counts of an earlier stretch of this training (a `summary()`) that this run continues from
+        (`TrainRunOptions.continue_from`), priced the same way; `source` (which stretch) joins the summary as
+        `continued_from`."""
+        if earlier["flops_per_token"] != self.flops_per_token:
+            raise ValueError(f"the earlier stretch priced a token at {earlier['flops_per_token']} FLOPs, this model "
+                             f"at {self.flops_per_token}")
+        self.token_forwards += int(earlier["token_forwards"])
+        self.grad_token_forwards += int(earlier["grad_token_forwards"])
+        self.continued_from = dict(source)
+
     def stop_at(self, budget_flops: float) -> Callable[[int], bool]:
         """An `after_step` hook: True (stop) once the counted FLOPs reach `budget_flops`."""
         return lambda step: self.flops >= budget_flops
 
     def summary(self) -> dict[str, Any]:
-        return {"flops": self.flops, "token_forwards": self.token_forwards,
-                "grad_token_forwards": self.grad_token_forwards, "flops_per_token": self.flops_per_token,
-                "counted": COUNTED}
+        out = {"flops": self.flops, "token_forwards": self.token_forwards,
+               "grad_token_forwards": self.grad_token_forwards, "flops_per_token": self.flops_per_token,
+               "counted": COUNTED}
+        if self.continued_from is not None:
+            out["continued_from"] = self.continued_from
+        return out
 
 
 __all__ = ["COUNTED", "ComputeMeter"]

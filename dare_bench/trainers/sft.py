@@ -329,6 +329,11 @@ def warmup_constant_lambda(warmup_steps: int) -> Callable[[int], float]:
     return lambda step: min(1.0, (step + 1) / max(1, warmup_steps))
 
 
+# LR schedules whose rate at a step does not depend on the run's length (`warmup_constant_lambda` when None): a run
+# that continues a shorter run's trajectory (`TrainRunOptions.continue_from`) follows the same rates.
+LENGTH_FREE_SCHEDULES = (None, "constant", "constant_with_warmup")
+
+
 @dataclass
 class TrainRunOptions:
     """What is specific to one SFT / preference call (the recipe is the *Config): `sink(step, metrics)` every
@@ -339,7 +344,11 @@ class TrainRunOptions:
     stop (without a final checkpoint) after this many steps of this call, as an interruption would (tests).
     `after_step(step)`: called after each optimizer step with the number of steps done (the base calibration scan
     and the base's validation-target rule evaluate there; it must leave the model's weights and the run's random
-    streams as it found them). A true return value stops the training there (the target rule's chosen step)."""
+    streams as it found them). A true return value stops the training there (the target rule's chosen step).
+    `continue_from`: a checkpoint of an earlier stretch of this same trajectory, written by another run with this
+    recipe, seed and start that stopped sooner (a smaller compute budget): this run continues from it as `resume`
+    would, so it ends where training from step 0 would end, bit for bit. Only a length-free LR schedule allows it
+    (`LENGTH_FREE_SCHEDULES`: the two runs' lengths differ); `resume` of the run's own checkpoint comes first."""
 
     sink: Callable[[int, dict], Any] | None = None
     progress: bool = False
@@ -350,6 +359,7 @@ class TrainRunOptions:
     resume: bool = False
     stop_after: int | None = None
     after_step: Callable[[int], Any] | None = None
+    continue_from: str | Path | None = None
 
     def __post_init__(self):
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -445,17 +455,26 @@ class SupervisedRun:
                 "global_batch": self.global_batch, "items": self.n_items}
 
     def resume(self) -> None:
-        """With `resume`: weights, optimizer, scheduler, data position, RNG and losses of the latest checkpoint."""
-        if not (self.opts.resume and self.ckpt_root is not None):
-            return
-        found = latest_checkpoint(self.ckpt_root)
+        """With `resume`: weights, optimizer, scheduler, data position, RNG and losses of the latest checkpoint;
+        else with `continue_from`: those of that earlier stretch of the same trajectory."""
+        found = latest_checkpoint(self.ckpt_root) if self.opts.resume and self.ckpt_root is not None else None
+        mine, length_free = self._identity(), False
+        if found is None and self.opts.continue_from is not None:
+            if self.cfg.lr_schedule not in LENGTH_FREE_SCHEDULES:
+                raise ConfigError(f"continuing another run's trajectory needs an LR schedule that does not read the "
+                                  f"run length ({', '.join(map(str, LENGTH_FREE_SCHEDULES))}); this run has "
+                                  f"{self.cfg.lr_schedule!r}")
+            found, length_free = Path(self.opts.continue_from), True
         if found is None:
             return
         state, rng = load_checkpoint(found, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
-        mine = self._identity()
+        if length_free:  # the earlier stretch stopped sooner; nothing it computed depended on its length
+            mine.pop("total_steps")
         theirs = {k: state.get(k) for k in mine}
         if theirs != mine:
             raise ConfigError(f"{found} belongs to another run ({theirs}; this run: {mine})")
+        if length_free and int(state["step"]) >= self.total:
+            raise ConfigError(f"{found} is at step {state['step']}, not before this run's last ({self.total})")
         ranks = rng if isinstance(rng, list) else [rng]
         if len(ranks) != self.dist.world_size:
             raise ConfigError(f"{found} was written by {len(ranks)} rank(s); this run has {self.dist.world_size}")

@@ -75,3 +75,50 @@ def test_a_budget_on_a_non_sft_kind_is_a_config_error():
 
     with pytest.raises(ConfigError, match="compute_budget_flops applies to train.kind=sft"):
         resolve(RL, "micro", ["train.compute_budget_flops=1e9"])
+
+
+def _budgeted_sft(home, monkeypatch, budget: float):
+    """sft-llada-sudoku at micro for `budget` FLOPs in the store and run directories of `home`."""
+    from dare_bench.pipeline import reproduce
+    from dare_bench.store import Store
+
+    monkeypatch.setenv("DARE_BENCH_HOME", str(home))
+    db = f"sqlite:///{home / 'runs.db'}"
+    result = reproduce("sft-llada-sudoku", "micro", seed=0, db=db, progress=False, log=lambda _: None,
+                       overrides=[f"train.compute_budget_flops={budget!r}", "train.steps=60"])
+    store = Store(db)
+    return result, store.get_run(result.run_id), store.metrics(result.run_id)
+
+
+def test_budgeted_sft_runs_continue_one_trajectory_bit_for_bit(tmp_path, monkeypatch):
+    """A control continues the longest kept stretch of its trajectory below its budget and ends where training
+    from step 0 ends: the same weights, step metrics (logged every 10 steps), counted compute and final scores."""
+    import torch
+
+    from dare_bench.models.io import read_state_dict
+    from dare_bench.pipeline.control import STRETCHES, kept_stretches
+
+    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    _, first, _ = _budgeted_sft(shared, monkeypatch, 1.0)  # stops after its first step
+    per_step = first["compute"]["flops"]
+    _, short, _ = _budgeted_sft(shared, monkeypatch, 12.5 * per_step)
+    cont, cont_run, cont_metrics = _budgeted_sft(shared, monkeypatch, 25.5 * per_step)
+    ref, ref_run, ref_metrics = _budgeted_sft(alone, monkeypatch, 25.5 * per_step)
+
+    assert short["compute"]["continued_from"] == {"step": 1, "flops": per_step, "run_uid": first["uid"]}
+    assert cont_run["compute"]["continued_from"]["step"] == 13  # the 12.5-step budget stopped after step 13
+    assert cont_run["compute"]["continued_from"]["run_uid"] == short["uid"]
+    assert "continued_from" not in ref_run["compute"]
+    assert {k: v for k, v in cont_run["compute"].items() if k != "continued_from"} == ref_run["compute"]
+    assert cont_run["config_hash"] == ref_run["config_hash"]
+    assert [m["step"] for m in ref_metrics] == [0, 10, 20]  # two of them from the earlier stretches
+    assert cont_metrics == ref_metrics
+    mine, theirs = read_state_dict(cont.final_model), read_state_dict(ref.final_model)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    def scores(metrics):
+        return {k: v for k, v in metrics.items() if not k.endswith("_seconds")}  # timings differ run to run
+
+    assert scores(cont.metrics) == scores(ref.metrics) and "accuracy" in scores(ref.metrics)
+    monkeypatch.setenv("DARE_BENCH_HOME", str(shared))
+    (key,) = [p.name for p in (shared / STRETCHES).iterdir()]
+    assert [s.step for s in kept_stretches(key)] == [1, 13, 26]

@@ -441,3 +441,13 @@ def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, tmp_p
     assert workers.started == ["d1-llada-sudoku", "d1-llada-countdown"]  # sft-llada-sudoku never trained it again
     assert [c.status for c in cells] == ["failed", "failed", "finished"]
     assert "its base failed to build in d1-llada-sudoku" in cells[1].message
+
+
+def test_control_only_cells_run_in_order_of_budget_in_their_places():
+    from dare_bench.pipeline.sweep import Cell, controls_by_budget
+
+    cells = [Cell("a", "tiny", 0, action="control", budget=3e13), Cell("b", "tiny", 0, action="run"),
+             Cell("c", "tiny", 0, action="control", budget=1e13), Cell("d", "tiny", 0, action="control", budget=2e13)]
+    ordered = controls_by_budget(cells)
+    assert [c.name for c in ordered] == ["c", "b", "d", "a"]  # the RL cell keeps its place
+    assert [c.name for c in cells] == ["a", "b", "c", "d"]  # the grid's own order (its summary) is left alone

@@ -11,7 +11,7 @@ from dare_bench.config import TrainSettings
 from dare_bench.errors import ConfigError
 from dare_bench.pipeline.train import _recipe
 from dare_bench.trainers import sft as sft_mod
-from dare_bench.trainers.checkpoint import list_checkpoints
+from dare_bench.trainers.checkpoint import checkpoint_path, list_checkpoints
 from dare_bench.trainers.loop import build_scheduler
 from dare_bench.trainers.lora import apply_lora
 from dare_bench.trainers.preference import (
@@ -212,3 +212,34 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path):
     cfg = SFTConfig(steps=5, batch_size=4, seed=9, **RECIPE)
     with pytest.raises(ConfigError, match="belongs to another run"):
         train_sft(micro_llada(0), examples(), cfg, SFTRunOptions(checkpoint_dir=tmp_path / "ckpt", resume=True))
+
+
+# --- continuing another run's trajectory (compute-budgeted controls, pipeline/control.py) ----------------------------
+def _constant_sft(model, ckpt, steps, **opts):
+    cfg = SFTConfig(steps=steps, batch_size=4, seed=3, log_every=2, lr=1e-2, warmup_steps=2, lr_schedule=None)
+    return train_sft(model, examples(), cfg, SFTRunOptions(checkpoint_dir=ckpt, **opts))
+
+
+def test_a_longer_run_continues_a_shorter_runs_end_like_a_run_from_step_0(tmp_path):
+    full_model = micro_llada(0)
+    full = _constant_sft(full_model, tmp_path / "full", 7, after_step=lambda step: step >= 6)
+    short = _constant_sft(micro_llada(0), tmp_path / "short", 9, after_step=lambda step: step >= 3)
+    assert short.steps == 3 and short.checkpoint == checkpoint_path(tmp_path / "short", 3)
+    longer_model = micro_llada(0)
+    longer = _constant_sft(longer_model, tmp_path / "longer", 40, continue_from=short.checkpoint,
+                           after_step=lambda step: step >= 6)
+    assert longer.resumed_from == 3 and longer.steps == full.steps == 6
+    assert longer.losses == full.losses and longer.logged == full.logged
+    same_state(longer_model, full_model)
+
+
+def test_continuing_needs_a_length_free_schedule_and_the_same_run(tmp_path):
+    short = _constant_sft(micro_llada(0), tmp_path / "short", 9, after_step=lambda step: step >= 3)
+    cosine = SFTConfig(steps=9, batch_size=4, seed=3, log_every=2, lr_schedule="cosine")
+    with pytest.raises(ConfigError, match="does not read the run length"):
+        train_sft(micro_llada(0), examples(), cosine, SFTRunOptions(continue_from=short.checkpoint))
+    other_seed = SFTConfig(steps=9, batch_size=4, seed=4, log_every=2, lr=1e-2, warmup_steps=2)
+    with pytest.raises(ConfigError, match="belongs to another run"):
+        train_sft(micro_llada(0), examples(), other_seed, SFTRunOptions(continue_from=short.checkpoint))
+    with pytest.raises(ConfigError, match="not before this run's last"):
+        _constant_sft(micro_llada(0), tmp_path / "shorter", 3, continue_from=short.checkpoint)
