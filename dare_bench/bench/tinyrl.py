@@ -23,7 +23,9 @@ reproduction config already has (so a run that uses one records it):
   forward), over the profile's own canvas and blocks, no cache. Fewer forwards per rollout, the same low-confidence
   order; also DARE's own rollout setting.
 Block-diffusion backbones (SDAR, LLaDA2) already decode their tiny rollouts with the exact block KV cache, so only
-`reference`, `pinned`, `bf16` and `threshold` apply to them (a cached forward shares no rows: pinned = reference).
+`reference`, `pinned`, `bf16` and `threshold` apply to them. The cache's forwards share rows on SDAR (each row's
+canvas tells its cache state); LLaDA2's routed experts never share (pinned = reference there), nor does bf16: rows
+are shared only where their bits cannot depend on the batch (diffusion/sampling/core.py `shared_rows_forward`).
 
 Protocol, all in one process, `--threads` torch threads (default 1, the tiny default): the entry's tiny profile, its
 plug-in settings unchanged; the policy is the tiny preset initialised from `base.seed` and SFT-trained for
@@ -39,7 +41,9 @@ check's result is not measured here: that needs the check's seeds run on it
 
 Measured (session 26, one thread, one other tiny run on the 2 cores; `--paths reference,pinned,bf16 --base-steps
 260`, d1-llada-sudoku): step 5.54 s reference, 1.68 s pinned (3.30x; rollout 4.74x, 80 % of rollout rows shared;
-the same policy after the timed steps, bit for bit), 1.55 s bf16 (3.58x). The pinned path changes no setting and no
+the same policy after the timed steps, bit for bit), 1.55 s bf16 (3.58x, rows then shared under bf16 too). Session
+27, bf16 no longer sharing rows (two other tiny runs on the 2 cores): 8.46 s reference, 2.56 s pinned (3.30x;
+rollout 4.59x, 80 % shared, the same policy), 5.42 s bf16 (1.56x). The pinned path changes no setting and no
 bit, so every learning-check result holds on it: rerunning bundle cells gives their finals exactly (the session-26
 note). Session 22, before rows were shared (`--paths pinned,bf16,threshold`): step 5.07 s pinned, 2.46 s bf16
 (2.06x), 1.35 s threshold (3.75x; rollout 4.84x, 11 forwards instead of 24). The learning checks on the threshold

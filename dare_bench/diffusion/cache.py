@@ -38,10 +38,12 @@ class ExactBlockCache:
     returning the current block's logits. This saves one model call per block over the official SDAR loop.
     """
 
-    def __init__(self, model, block_size: int, forward: Forward, hidden: bool = False):
+    def __init__(self, model, block_size: int, forward: Forward, hidden: bool = False, rows_known: bool = False):
         self.cache = model.new_kv_cache()
         self.block_size = block_size
         self.forward = forward
+        # `forward` takes each row's `history` (a sampler's `SamplerRun.forward`): identical rows are computed once
+        self.rows_known = rows_known
         # `block_logits` returns the block's HiddenStates (final-normed states + head) instead of its logits
         self.hidden = hidden
         self.pending: torch.Tensor | None = None
@@ -60,13 +62,18 @@ class ExactBlockCache:
             raise ValueError(f"prefill length {n} is not a multiple of the block size {self.block_size}")
         pos = torch.arange(n, device=ids.device).expand(ids.shape[0], n)
         mask = block_causal_mask(n, n, self.block_size, device=ids.device)
-        self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True)
+        extra = {"history": ids} if self.rows_known else {}  # an empty cache: the ids are all a row holds
+        self.forward(ids, position_ids=pos, attn_mask=mask, kv_cache=self.cache, update_cache=True, **extra)
 
-    def block_logits(self, block_ids: torch.Tensor):
+    def block_logits(self, block_ids: torch.Tensor, history: torch.Tensor | None = None):
         """Logits of the current block (positions `[length, length + b)`) against the committed blocks (with
-        `hidden`: its `HiddenStates`, states `[B, b, d]`)."""
+        `hidden`: its `HiddenStates`, states `[B, b, d]`). `history`: each row's canvas up to the block's end
+        (committed blocks, pending block, this block), which lets identical rows be computed once
+        (sampling/core.py `shared_rows_forward`)."""
         cached = len(self.cache)
         extra = {"return_hidden": True} if self.hidden else {}
+        if history is not None and self.rows_known:
+            extra["history"] = history
         if self.pending is None:
             # every cached key is an earlier block and the block is bidirectional inside: no mask needed
             pos = torch.arange(cached, cached + block_ids.shape[1], device=block_ids.device).expand_as(block_ids)

@@ -145,6 +145,18 @@ class KVCache:
             if k is not None:
                 self.keys[i], self.values[i] = k.index_select(0, index), v.index_select(0, index)
 
+    def rows(self, index: torch.Tensor) -> "KVCache":
+        """A new cache holding copies of these batch rows (a forward over a subset of the rows)."""
+        out = KVCache(len(self.keys))
+        out.keys = [None if k is None else k.index_select(0, index) for k in self.keys]
+        out.values = [None if v is None else v.index_select(0, index) for v in self.values]
+        return out
+
+    def hold(self, other: "KVCache") -> None:
+        """Hold `other`'s keys / values from now on (this object is the one its owner keeps)."""
+        self.keys, self.values = list(other.keys), list(other.values)
+        self._room = [None] * len(self.keys)
+
 
 class DiffusionLM(nn.Module):
     """Base class of every backbone.

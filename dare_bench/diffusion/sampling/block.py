@@ -298,7 +298,7 @@ class BlockSettings(SamplerSettings):
         if self.use_cache == "exact":
             # a plain backbone hands the cache its hidden states, so only the positions a step may write go through
             # the LM head (the recompute path keeps the official whole-prefix logits)
-            cache = ExactBlockCache(model, b, run.forward, hidden=head_outside_forward(model))
+            cache = ExactBlockCache(model, b, run.forward, hidden=head_outside_forward(model), rows_known=True)
             cache.prefill(x[:, :first_block * b])
         done = torch.zeros(b_sz, dtype=torch.bool, device=device)
         thr, strategy, eos_id = self.threshold, self.remasking_strategy, self.eos_id
@@ -318,13 +318,13 @@ class BlockSettings(SamplerSettings):
                 else:
                     quota = sched[step]
                 if cache is not None and cache.hidden:
-                    out = cache.block_logits(blk)
+                    out = cache.block_logits(blk, history=x[:, :s1])
                     need = self.sampled_positions(mask_index, quota)
                     x0, p0 = block_sample_tokens(out.head.logits(out.states[need]), self.temperature, self.top_k,
                                                  self.top_p, self.generator, rows=need)
                 else:
                     if cache is not None:
-                        logits = cache.block_logits(blk)
+                        logits = cache.block_logits(blk, history=x[:, :s1])
                     else:
                         pos = torch.arange(s1, device=device).expand(b_sz, s1)
                         logits = run.forward(x[:, :s1], position_ids=pos,

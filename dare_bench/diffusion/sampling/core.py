@@ -123,13 +123,14 @@ class SamplerRun:
         if self.steps is not None:
             self.steps = []
 
-    def forward(self, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, history: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """The model on `ids` (`shared_rows_forward`; `history`: what identifies a row's KV-cache state)."""
         self.stats.forwards += 1
         self.stats.token_forwards += int(ids.numel())
         self.stats.row_forwards += int(ids.shape[0])
         if self.bar is not None:
             self.bar.update(1)
-        out, shared = shared_rows_forward(self.model, ids, kwargs)
+        out, shared = shared_rows_forward(self.model, ids, kwargs, history=history)
         self.stats.shared_rows += shared
         return out
 
@@ -164,9 +165,11 @@ def model_logits(model, ids: torch.Tensor, **kwargs) -> torch.Tensor:
 # the same tokens in several copies for many steps (tiny LLaDA at its sudoku / countdown base: 5.1x / 6.9x fewer
 # rows). Every backbone computes a row from that row's inputs alone, so the shared row's logits are the logits of
 # each copy; on CPU they are the same bits (a matmul row does not depend on the batch's other rows there; tests/
-# diffusion/test_shared_rows.py). Forwards with per-call state (a KV cache) are never shared: their rows differ in
-# what the cache holds; nor are forwards on a GPU (below). `computing_every_row()` turns it off (the reference path
-# of `bench tinyrl`).
+# diffusion/test_shared_rows.py). A forward with a KV cache is shared only when the caller hands in each row's
+# `history` (the exact block cache: the canvas up to the block's end, which fixes what the cache holds for that row):
+# the distinct rows then run on a copy of their cache rows, and a cache update is copied back to every row. Without
+# a history, cache forwards are never shared (their rows may differ in what the cache holds); nor are forwards on
+# a GPU (below). `computing_every_row()` turns it off (the reference path of `bench tinyrl`).
 _SHARE_ROWS: contextvars.ContextVar[bool] = contextvars.ContextVar("share_rows", default=True)
 
 
@@ -195,28 +198,58 @@ def _row_inputs(ids: torch.Tensor, kwargs: dict[str, Any]) -> list[str] | None:
     return per_row
 
 
-def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any]):
+# the fewest token rows the shared forward's matmuls may have (comment in `shared_rows_forward`)
+MIN_SHARED_MATMUL_ROWS = 16
+
+
+def _dense_float32(model) -> bool:
+    """float32 weights and no routed experts (`shared_rows_forward`'s comment says why)."""
+    from dare_bench.models.moe import RoutedExperts
+
+    param = next(model.parameters(), None)
+    return ((param is None or param.dtype == torch.float32)
+            and not any(isinstance(m, RoutedExperts) for m in model.modules()))
+
+
+def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any], history: torch.Tensor | None = None):
     """(`model_logits(model, ids, **kwargs)`, rows not computed): identical input rows go through the model once and
-    their output is copied to every row that has them. Logits and `HiddenStates` (states indexed, head shared)."""
-    # CPU only: there a matmul row does not depend on the batch's size; cuBLAS picks kernels (split-K) by shape, so
-    # on a GPU the shared row could differ from the plain forward's in the last bits, and the official samplers'
-    # token-exactness is the rule
-    shareable = _SHARE_ROWS.get() and ids.device.type == "cpu" and ids.dim() == 2 and ids.shape[0] > 1
-    per_row = _row_inputs(ids, kwargs) if shareable else None
+    their output is copied to every row that has them. Logits and `HiddenStates` (states indexed, head shared).
+    With a `kv_cache`, only given each row's `history` ([B, ...]: rows with equal history hold equal cache rows, and
+    `ids` is part of it): the distinct rows run on a copy of their cache rows, and an update is copied back to all."""
+    # CPU, float32 only: there a matmul row does not depend on the batch's other rows once a matmul has 16 rows or
+    # more (measured with this machine's torch: linear layers of width 64-12288, `test_the_premise_...`); below
+    # that, and in bfloat16 (width 4096: 31-144 rows differ from a 300-row batch), the kernels differ in the last
+    # bits. cuBLAS picks kernels (split-K) by shape, so on a GPU the shared row could differ too, and the official
+    # samplers' token-exactness is the rule
+    # Mixture-of-experts models (LLaDA2, SDAR-MoE) are never shared: an expert's matmul has as many rows as tokens
+    # routed to it, which the batch's other rows decide, so it can fall below those 16 rows in one batch only.
+    shareable = (_SHARE_ROWS.get() and ids.device.type == "cpu" and ids.dim() == 2 and ids.shape[0] > 1
+                 and not torch.is_autocast_enabled("cpu") and _dense_float32(model))
+    cache = kwargs.get("kv_cache")
+    if cache is not None and (history is None or history.shape[0] != ids.shape[0]):
+        shareable = False  # the rows' cached states cannot be told apart
+    per_row = _row_inputs(ids, {k: v for k, v in kwargs.items() if k != "kv_cache"}) if shareable else None
     if per_row is None:
         return model_logits(model, ids, **kwargs), 0
     b = ids.shape[0]
+    rows = ids if history is None else history
     # every per-row input as float64 columns (exact for token ids, 0/1 masks and float32 masks) in one key per row
-    key = torch.cat([ids.to(torch.float64)] + [kwargs[n].reshape(b, -1).to(torch.float64) for n in per_row], dim=1)
+    key = torch.cat([rows.reshape(b, -1).to(torch.float64)]
+                    + [kwargs[n].reshape(b, -1).to(torch.float64) for n in per_row], dim=1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     n = unique.shape[0]
-    if n == b:
+    if n == b or n * ids.shape[1] < MIN_SHARED_MATMUL_ROWS:
         return model_logits(model, ids, **kwargs), 0
     # the first row of each distinct input stands for it (deterministic, whatever the order of the duplicates)
     first = torch.full((n,), b, dtype=torch.long, device=ids.device)
     first.scatter_reduce_(0, inverse, torch.arange(b, device=ids.device), reduce="amin")
+    picked = {k: (v[first] if k in per_row else v) for k, v in kwargs.items()}
+    if cache is not None:
+        picked["kv_cache"] = cache.rows(first)
     with representing_rows(b):  # the compute meter counts all b rows (models/flops.py)
-        out = model_logits(model, ids[first], **{k: (v[first] if k in per_row else v) for k, v in kwargs.items()})
+        out = model_logits(model, ids[first], **picked)
+    if cache is not None and kwargs.get("update_cache"):
+        cache.hold(picked["kv_cache"].rows(inverse))  # every row's cache as the plain forward would leave it
     if isinstance(out, torch.Tensor):
         return out[inverse], b - n
     return type(out)(out.states[inverse], out.head), b - n
