@@ -43,7 +43,10 @@ Measured (session 26, one thread, one other tiny run on the 2 cores; `--paths re
 260`, d1-llada-sudoku): step 5.54 s reference, 1.68 s pinned (3.30x; rollout 4.74x, 80 % of rollout rows shared;
 the same policy after the timed steps, bit for bit), 1.55 s bf16 (3.58x, rows then shared under bf16 too). Session
 27, bf16 no longer sharing rows (two other tiny runs on the 2 cores): 8.46 s reference, 2.56 s pinned (3.30x;
-rollout 4.59x, 80 % shared, the same policy), 5.42 s bf16 (1.56x). The pinned path changes no setting and no
+rollout 4.59x, 80 % shared, the same policy), 5.42 s bf16 (1.56x). SDAR under the exact block cache
+(`tracerl-sdar-sudoku --paths reference,pinned --base-steps 190`): 61 % of rollout rows shared, rollout 0.71 ->
+0.45 s (1.59x), the same policy bit for bit, but the step stays 23.3 s: TraceRL's prepare (12.2 s) and update
+(10.2 s) replay the trajectory, and the rollout is 3 % of it. The pinned path changes no setting and no
 bit, so every learning-check result holds on it: rerunning bundle cells gives their finals exactly (the session-26
 note). Session 22, before rows were shared (`--paths pinned,bf16,threshold`): step 5.07 s pinned, 2.46 s bf16
 (2.06x), 1.35 s threshold (3.75x; rollout 4.84x, 11 forwards instead of 24). The learning checks on the threshold
