@@ -8,6 +8,8 @@ never shared, whose kernels depend on the batch."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -63,6 +65,16 @@ def test_a_kv_cache_forward_without_the_rows_history_is_never_shared(model):
     assert shared == 0 and len(cache) == ids.shape[1] and out.shape[0] == ids.shape[0]
 
 
+def _every_and_shared(model, prompts, kw):
+    """(output, counted token forwards) of `generate` with every row computed, then with rows shared, same seed."""
+    runs = []
+    for every in (True, False):
+        with ComputeMeter(model) as meter, computing_every_row() if every else contextlib.nullcontext():
+            out = generate(model, prompts, generator=torch.Generator().manual_seed(7), **kw)
+        runs.append((out, meter.token_forwards))
+    return runs
+
+
 def test_generate_group_copies_same_tokens_fewer_rows_same_counted_compute():
     from dare_bench.models import load_pretrained
 
@@ -71,16 +83,7 @@ def test_generate_group_copies_same_tokens_fewer_rows_same_counted_compute():
     model.eval()
     prompts = torch.randint(5, 26, (2, 6), generator=torch.Generator().manual_seed(0)).repeat_interleave(4, dim=0)
     kw = dict(gen_length=12, steps=12, temperature=0.6, remasking="low_confidence")
-    runs = {}
-    for name in ("every", "shared"):
-        with ComputeMeter(model) as meter:
-            if name == "every":
-                with computing_every_row():
-                    out = generate(model, prompts, generator=torch.Generator().manual_seed(7), **kw)
-            else:
-                out = generate(model, prompts, generator=torch.Generator().manual_seed(7), **kw)
-        runs[name] = (out, meter.token_forwards)
-    (every, every_tokens), (shared, shared_tokens) = runs["every"], runs["shared"]
+    (every, every_tokens), (shared, shared_tokens) = _every_and_shared(model, prompts, kw)
     assert torch.equal(every.sequences, shared.sequences)
     assert every.stats.forwards == shared.stats.forwards == 12
     assert every.stats.row_forwards == shared.stats.row_forwards == 12 * 8
@@ -156,16 +159,7 @@ def test_block_rollouts_share_rows_under_the_exact_cache_on_dense_models(preset,
     prompts = prompts.repeat_interleave(4, dim=0)  # an RL group: each prompt 4 times
     kw = dict(gen_length=3 * block, block_length=block, denoising_steps=block // 2, convention=family,
               stop_at_eos=False, temperature=0.7, use_cache="exact")
-    runs = {}
-    for name in ("every", "shared"):
-        with ComputeMeter(model) as meter:
-            if name == "every":
-                with computing_every_row():
-                    out = generate(model, prompts, generator=torch.Generator().manual_seed(7), **kw)
-            else:
-                out = generate(model, prompts, generator=torch.Generator().manual_seed(7), **kw)
-        runs[name] = (out, meter.token_forwards)
-    (every, every_tokens), (shared, shared_tokens) = runs["every"], runs["shared"]
+    (every, every_tokens), (shared, shared_tokens) = _every_and_shared(model, prompts, kw)
     assert torch.equal(every.canvas, shared.canvas) and torch.equal(every.sequences, shared.sequences)
     assert every.stats.forwards == shared.stats.forwards
     assert every.stats.token_forwards == shared.stats.token_forwards == every_tokens == shared_tokens
