@@ -17,10 +17,11 @@ Controls of one row share a trajectory. The controls of every RL algorithm on on
 run stopped at different budgets: a length-free LR schedule, batches and noise drawn from the seed, the same start.
 So a budgeted SFT run keeps its final trainer state under `DARE_BENCH_HOME/control-stretches/<trajectory>/` and a
 later one with a larger budget continues from the longest kept stretch below it (`TrainRunOptions.continue_from`)
-instead of training from step 0: the same weights and step metrics bit for bit (tests/pipeline/test_control.py), in
-the time of the difference. The trajectory key (`trajectory_key`) holds everything that moves the bits: the recipe
-without its length, seed, base weights, torch version, thread count and device. The run record's compute says
-which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in order of
+instead of training from step 0: the same weights and step metrics bit for bit (tests/pipeline/test_control.py),
+in the time of the difference. A budget that stops where a kept stretch ends (equal budgets: RL algorithms that
+count the same FLOPs) takes that stretch with no step at all. The trajectory key (`trajectory_key`) holds
+everything that moves the bits: the recipe without its length, seed, base weights, torch version, thread count and
+device. The run record's compute says which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in order of
 budget, so each continues the previous one. The folder is a cache: deleting it costs time, not results.
 """
 
@@ -98,6 +99,7 @@ class Stretch:
     step: int
     compute: dict[str, Any]
     run_uid: str | None
+    flops_before: float | None = None  # the count before its last step: a budget in (flops_before, flops] ends here
 
 
 def trajectory_key(cfg, seed: int, base_sha256: str, device: str) -> str:
@@ -131,7 +133,8 @@ def kept_stretches(key: str) -> list[Stretch]:
     for sub in sorted(root.glob("step-*")) if root.is_dir() else []:
         try:
             meta = json.loads((sub / STRETCH_FILE).read_text())
-            found.append(Stretch(sub, int(meta["step"]), dict(meta["compute"]), meta.get("run_uid")))
+            found.append(Stretch(sub, int(meta["step"]), dict(meta["compute"]), meta.get("run_uid"),
+                                 meta.get("flops_before")))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return sorted(found, key=lambda s: s.step)
@@ -144,7 +147,18 @@ def longest_stretch_below(key: str, budget_flops: float) -> Stretch | None:
     return below[-1] if below else None
 
 
-def keep_stretch(key: str, checkpoint: str | Path, step: int, compute: dict[str, Any], run_uid: str | None) -> Path:
+def stretch_ending_at(key: str, budget_flops: float) -> Stretch | None:
+    """A kept stretch that ends exactly where a run with `budget_flops` stops (the budget was not reached before
+    its last step and is after it: equal budgets, e.g. two RL algorithms that count the same FLOPs). That run is
+    this stretch: it needs no step."""
+    for s in kept_stretches(key):
+        if s.flops_before is not None and float(s.flops_before) < budget_flops <= float(s.compute["flops"]):
+            return s
+    return None
+
+
+def keep_stretch(key: str, checkpoint: str | Path, step: int, compute: dict[str, Any], run_uid: str | None,
+                 flops_before: float | None = None) -> Path:
     """Copy a finished budgeted run's final trainer checkpoint into the trajectory's stretches (atomically)."""
     from dare_bench.fileio import atomic_directory
 
@@ -154,9 +168,10 @@ def keep_stretch(key: str, checkpoint: str | Path, step: int, compute: dict[str,
     counts = {k: compute[k] for k in ("flops", "token_forwards", "grad_token_forwards", "flops_per_token")}
     with atomic_directory(dest) as tmp:
         shutil.copytree(checkpoint, tmp, dirs_exist_ok=True)
-        (tmp / STRETCH_FILE).write_text(json.dumps({"step": int(step), "compute": counts, "run_uid": run_uid}) + "\n")
+        (tmp / STRETCH_FILE).write_text(json.dumps({"step": int(step), "compute": counts, "run_uid": run_uid,
+                                                  "flops_before": flops_before}) + "\n")
     return dest
 
 
 __all__ = ["Stretch", "control_name", "control_overrides", "keep_stretch", "kept_stretches", "longest_stretch_below",
-           "run_control", "stretches_dir", "trajectory_key"]
+           "run_control", "stretch_ending_at", "stretches_dir", "trajectory_key"]

@@ -122,3 +122,12 @@ def test_budgeted_sft_runs_continue_one_trajectory_bit_for_bit(tmp_path, monkeyp
     monkeypatch.setenv("DARE_BENCH_HOME", str(shared))
     (key,) = [p.name for p in (shared / STRETCHES).iterdir()]
     assert [s.step for s in kept_stretches(key)] == [1, 13, 26]
+    # another budget that stops at step 26 too (25 steps' count < budget <= 26 steps'): the kept stretch is that
+    # run already, taken with no step
+    same, same_run, same_metrics = _budgeted_sft(shared, monkeypatch, 25.2 * per_step)
+    assert same_run["compute"]["continued_from"]["step"] == 26
+    assert {k: v for k, v in same_run["compute"].items() if k != "continued_from"} == ref_run["compute"]
+    assert same_metrics == ref_metrics and scores(same.metrics) == scores(ref.metrics)
+    mine = read_state_dict(same.final_model)
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert [s.step for s in kept_stretches(key)] == [1, 13, 26]
