@@ -13,16 +13,16 @@ same cached base: the two base weight hashes are checked equal), with `train.com
 RL run counted (trainers/compute.py: rollouts, likelihoods, reference forwards and backward passes, by one rule)
 and `train.steps` a cap it cannot reach first: each SFT step trains at least batch x answer-length tokens.
 
-Controls of one row share a trajectory. The controls of every RL algorithm on one base and seed are the same SFT
-run stopped at different budgets: a length-free LR schedule, batches and noise drawn from the seed, the same start.
-So a budgeted SFT run keeps its final trainer state under `DARE_BENCH_HOME/control-stretches/<trajectory>/` and a
-later one with a larger budget continues from the longest kept stretch below it (`TrainRunOptions.continue_from`)
-instead of training from step 0: the same weights and step metrics bit for bit (tests/pipeline/test_control.py),
-in the time of the difference. A budget that stops where a kept stretch ends (equal budgets: RL algorithms that
-count the same FLOPs) takes that stretch with no step at all. The trajectory key (`trajectory_key`) holds
-everything that moves the bits: the recipe without its length, seed, base weights, torch version, thread count and
-device. The run record's compute says which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in order of
-budget, so each continues the previous one. The folder is a cache: deleting it costs time, not results.
+Controls of one row share a trajectory. The controls of every RL algorithm on one base and seed are the same SFT run
+stopped at different budgets: a length-free LR schedule, batches and noise drawn from the seed, the same start. So a
+budgeted SFT run keeps its final trainer state under `DARE_BENCH_HOME/control-stretches/<trajectory>/` and a later
+one with a larger budget continues from the longest kept stretch below it (`TrainRunOptions.continue_from`) instead
+of training from step 0: the same weights and step metrics bit for bit (tests/pipeline/test_control.py), in the time
+of the difference. A budget that stops where a kept stretch ends (equal budgets: RL algorithms that count the same
+FLOPs) takes that stretch with no step at all. The trajectory key (`trajectory_key`) holds everything that moves the
+bits: the recipe without its length, seed, base weights, torch version, thread count and device. The run record's
+compute says which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in
+order of budget, so each continues the previous one. The folder is a cache: deleting it costs time, not results.
 """
 
 from __future__ import annotations
