@@ -140,22 +140,16 @@ def train_sft_stage(ctx: RunContext, base: Base, sink, meter):
     if budget is not None and ctx.resume:
         raise DareBenchError("a compute-matched control does not resume (its count starts at 0): run it again "
                              "without --resume")
-    trajectory, stretch, ends_here = _budgeted_trajectory(ctx, base, train, lora=train.lora is not None)
+    trajectory, stretch, ends_here = _budgeted_trajectory(ctx, base, train)
     if stretch is not None:  # the same trajectory already ran part of the way: continue where it stopped
         meter.carry(stretch.compute, {"step": stretch.step, "flops": stretch.compute["flops"],
                                       "run_uid": stretch.run_uid})
         ctx.log(f"control: {'is' if ends_here else 'continues'} its SFT trajectory "
                 f"{'up to' if ends_here else 'from'} step {stretch.step} ({stretch.compute['flops']:.3e} FLOPs, "
                 f"where run {str(stretch.run_uid)[:12]} stopped)")
-    counts = {"before": meter.flops, "now": meter.flops}  # the meter before and after the latest step
-
-    def stop_at_budget(step: int) -> bool:
-        counts["before"], counts["now"] = counts["now"], meter.flops
-        return meter.flops >= budget
-
     out = train_sft(model, examples, cfg, SFTRunOptions(sink=sink, progress=ctx.progress,
                                                         compute_dtype=_compute_dtype(ctx.cfg),
-                                                        after_step=stop_at_budget if budget else None,
+                                                        after_step=meter.stop_at(budget) if budget else None,
                                                         continue_from=stretch.checkpoint if stretch else None,
                                                         stop_after=0 if ends_here else None,
                                                         **_checkpointing(ctx)))
@@ -166,12 +160,13 @@ def train_sft_stage(ctx: RunContext, base: Base, sink, meter):
         from dare_bench.pipeline.control import keep_stretch
 
         uid = ctx.store.get_run(ctx.run_id)["uid"] if ctx.store is not None else None
-        keep_stretch(trajectory, out.checkpoint, out.steps, meter.summary(), uid, flops_before=counts["before"])
+        keep_stretch(trajectory, out.checkpoint, out.steps, meter.summary(), uid,
+                     flops_before=meter.flops_before_last_step)
     _log_resumed_steps(ctx, out)
     return model, out.steps
 
 
-def _budgeted_trajectory(ctx: RunContext, base: Base, train, *, lora: bool):
+def _budgeted_trajectory(ctx: RunContext, base: Base, train):
     """(trajectory key, the kept stretch to continue, whether it ends exactly at the budget) of a compute-budgeted
     SFT run in one process from a tiny / micro base (pipeline/control.py): a stretch ending where the budget stops
     (no step left to train), else the longest below the budget; (None, None, False) for any other run, which trains
@@ -181,7 +176,7 @@ def _budgeted_trajectory(ctx: RunContext, base: Base, train, *, lora: bool):
 
     # Not under torchrun (each rank would need its own stretch) nor for LoRA (its checkpoints hold the adapters
     # alone; no budgeted LoRA run exists to test the continuation with).
-    if (train.compute_budget_flops is None or base.identity is None or dist_info().enabled or lora
+    if (train.compute_budget_flops is None or base.identity is None or dist_info().enabled or train.lora
             or train.lr_schedule not in LENGTH_FREE_SCHEDULES):
         return None, None, False
     from dare_bench.pipeline.control import longest_stretch_below, stretch_ending_at, trajectory_key

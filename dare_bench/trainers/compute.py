@@ -32,6 +32,7 @@ class ComputeMeter:
         self.token_forwards = 0
         self.grad_token_forwards = 0
         self.continued_from: dict[str, Any] | None = None  # `carry`: the earlier stretch this run continued
+        self.flops_before_last_step: float | None = None  # kept by the `stop_at` hook
         self._handle = None
 
     def __enter__(self) -> "ComputeMeter":
@@ -77,8 +78,15 @@ class ComputeMeter:
         self.continued_from = dict(source)
 
     def stop_at(self, budget_flops: float) -> Callable[[int], bool]:
-        """An `after_step` hook: True (stop) once the counted FLOPs reach `budget_flops`."""
-        return lambda step: self.flops >= budget_flops
+        """An `after_step` hook: True (stop) once the counted FLOPs reach `budget_flops`. It also keeps the count
+        before the latest step (`flops_before_last_step`): a budget between the two stops at that step."""
+        now = [self.flops]
+
+        def stop(step: int) -> bool:
+            self.flops_before_last_step, now[0] = now[0], self.flops
+            return now[0] >= budget_flops
+
+        return stop
 
     def summary(self) -> dict[str, Any]:
         out = {"flops": self.flops, "token_forwards": self.token_forwards,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NamedTuple
@@ -202,13 +203,19 @@ def _row_inputs(ids: torch.Tensor, kwargs: dict[str, Any]) -> list[str] | None:
 MIN_SHARED_MATMUL_ROWS = 16
 
 
+_HAS_EXPERTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> has routed experts (per model, once)
+
+
 def _dense_float32(model) -> bool:
     """float32 weights and no routed experts (`shared_rows_forward`'s comment says why)."""
     from dare_bench.models.moe import RoutedExperts
 
     param = next(model.parameters(), None)
-    return ((param is None or param.dtype == torch.float32)
-            and not any(isinstance(m, RoutedExperts) for m in model.modules()))
+    if param is not None and param.dtype != torch.float32:
+        return False
+    if model not in _HAS_EXPERTS:  # the module tree, walked once per model instead of on every forward
+        _HAS_EXPERTS[model] = any(isinstance(m, RoutedExperts) for m in model.modules())
+    return not _HAS_EXPERTS[model]
 
 
 def shared_rows_forward(model, ids: torch.Tensor, kwargs: dict[str, Any], history: torch.Tensor | None = None):
