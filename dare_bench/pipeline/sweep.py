@@ -479,8 +479,9 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
                 if bar is not None:
                     bar.update(1)
             while queue and len(running) < jobs:
-                cell = _next_cell(queue, started_groups, ready_groups)
-                if cell is None:  # every queued cell waits for its base to be built by a running one
+                busy = {control_trajectory(c) for c, *_ in running.values()} - {None}
+                cell = _next_cell(queue, started_groups, ready_groups, busy)
+                if cell is None:  # every queued cell waits for its base, or for a control of its trajectory
                     break
                 stem = f"{cell.name}-{cell.scale}-seed{cell.seed}"
                 out_path, err_path = logs / f"{stem}.out", logs / f"{stem}.err"
@@ -521,10 +522,23 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
             bar.close()
 
 
-def _next_cell(queue: deque, started: set, ready: set) -> Cell | None:
-    """The first queued cell free to start: one needing no base, or whose base is not being built right now."""
+def control_trajectory(cell: Cell) -> tuple | None:
+    """Control-only cells with the same key continue one SFT trajectory (one base, one seed: pipeline/control.py);
+    None for every other cell."""
+    if cell.action != "control" or cell.cfg is None:
+        return None
+    return (cell.cfg.backbone, cell.cfg.task, base_group(cell.cfg), cell.seed)
+
+
+def _next_cell(queue: deque, started: set, ready: set, busy_trajectories: frozenset | set = frozenset()
+               ) -> Cell | None:
+    """The first queued cell free to start: one needing no base, or whose base is not being built right now; a
+    control-only cell also waits while a control of its trajectory runs (it would start that trajectory from step 0
+    instead of continuing where the running one stops)."""
     for cell in list(queue):
         group = base_group(cell.cfg)
+        if control_trajectory(cell) in busy_trajectories:
+            continue
         if group is None or group not in started or group in ready:
             queue.remove(cell)
             return cell
@@ -626,5 +640,5 @@ def table_lines(cells: list[Cell]) -> list[str]:
 
 
 __all__ = ["Cell", "EXECUTORS", "LocalWorkers", "SubmititWorkers", "base_group", "cell_command", "cell_environment",
-           "outcome", "parse_seeds", "plan_grid", "run_logged", "run_sweep", "select_entries", "sweep_summary",
-           "table_lines"]
+           "control_trajectory", "outcome", "parse_seeds", "plan_grid", "run_logged", "run_sweep", "select_entries",
+           "sweep_summary", "table_lines"]

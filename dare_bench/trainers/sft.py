@@ -44,7 +44,7 @@ from typing import Any, Callable, Literal, Sequence
 import torch
 import torch.nn.functional as F
 
-from dare_bench.errors import ConfigError
+from dare_bench.errors import CheckpointError, ConfigError
 from dare_bench.models.base import shift_logits
 from dare_bench.trainers.checkpoint import (
     capture_rng,
@@ -467,7 +467,14 @@ class SupervisedRun:
             found, length_free = Path(self.opts.continue_from), True
         if found is None:
             return
-        state, rng = load_checkpoint(found, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        try:
+            state, rng = load_checkpoint(found, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        except CheckpointError as exc:
+            if not length_free:
+                raise
+            # a kept stretch is a cache of another run's end: say that deleting it is safe
+            raise CheckpointError(f"{exc}; it is a kept stretch of this run's trajectory, a cache: delete {found} "
+                                  "and rerun to train without it") from None
         if length_free:  # the earlier stretch stopped sooner; nothing it computed depended on its length
             mine.pop("total_steps")
         theirs = {k: state.get(k) for k in mine}

@@ -451,3 +451,23 @@ def test_control_only_cells_run_in_order_of_budget_in_their_places():
     ordered = controls_by_budget(cells)
     assert [c.name for c in ordered] == ["c", "b", "d", "a"]  # the RL cell keeps its place
     assert [c.name for c in cells] == ["a", "b", "c", "d"]  # the grid's own order (its summary) is left alone
+
+
+def test_a_control_waits_while_a_control_of_its_trajectory_runs():
+    from dare_bench.registry import get
+
+    def control(name, seed, budget):
+        return sweep.Cell(name, "micro", seed, action="control", budget=budget, cfg=get(name).resolve("micro"))
+
+    first, same, other_seed = (control("d1-llada-sudoku", 0, 1e12), control("bgpo-llada-sudoku", 0, 2e12),
+                               control("bgpo-llada-sudoku", 1, 2e12))
+    rl_cell = sweep.Cell("spg-llada-sudoku", "micro", 0, cfg=get("spg-llada-sudoku").resolve("micro"))
+    assert sweep.control_trajectory(first) == sweep.control_trajectory(same) != sweep.control_trajectory(other_seed)
+    assert sweep.control_trajectory(rl_cell) is None
+    ready = {sweep.base_group(first.cfg)}
+    queue = deque([same, other_seed, rl_cell])
+    busy = {sweep.control_trajectory(first)}  # `first` runs: `same` would start its trajectory from step 0
+    assert sweep._next_cell(queue, set(), ready, busy) is other_seed
+    assert sweep._next_cell(queue, set(), ready, busy | {sweep.control_trajectory(other_seed)}) is rl_cell
+    assert sweep._next_cell(queue, set(), ready, busy) is None
+    assert sweep._next_cell(queue, set(), ready, set()) is same  # `first` ended: `same` continues its stretch

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dare_bench.config import TrainSettings
-from dare_bench.errors import ConfigError
+from dare_bench.errors import CheckpointError, ConfigError
 from dare_bench.pipeline.train import _recipe
 from dare_bench.trainers import sft as sft_mod
 from dare_bench.trainers.checkpoint import checkpoint_path, list_checkpoints
@@ -243,3 +243,6 @@ def test_continuing_needs_a_length_free_schedule_and_the_same_run(tmp_path):
         train_sft(micro_llada(0), examples(), other_seed, SFTRunOptions(continue_from=short.checkpoint))
     with pytest.raises(ConfigError, match="not before this run's last"):
         _constant_sft(micro_llada(0), tmp_path / "shorter", 3, continue_from=short.checkpoint)
+    (short.checkpoint / "model" / "model.safetensors").write_bytes(b"torn")  # a kept stretch damaged on disk
+    with pytest.raises(CheckpointError, match="a cache: delete .* and rerun"):
+        _constant_sft(micro_llada(0), tmp_path / "again", 9, continue_from=short.checkpoint)
