@@ -175,7 +175,8 @@ def register(app: typer.Typer) -> None:
         slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Slurm time limit per cell, minutes."),
         slurm_gpus: Optional[int] = typer.Option(None, "--slurm-gpus", help="GPUs per Slurm job."),
         controls: bool = typer.Option(False, "--controls", help="Each RL cell also runs its compute-matched SFT "
-                                      "control (`reproduce --control`): the leaderboard's RL - control."),
+                                      "control (`reproduce --control`): the leaderboard's RL - control. The "
+                                      "controls run after every RL run, smallest budget first."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid, each cell's decision (run, "
                                      "resume, skip) and its reproduce plan; write nothing."),
         as_json: bool = typer.Option(False, "--json", help="Print {cells, summary} as JSON."),

@@ -14,7 +14,9 @@ failures. A failed or killed cell is marked failed and the others go on; the exi
 2 for bad input (a pattern that matches nothing, `--jobs 0`). One progress bar with an ETA covers the whole grid;
 the end is a table (entry, seed, status, metric base -> final, wall time) and, per entry with several seeds, the
 mean ± 95% CI. `--json` prints {"cells": [...], "summary": {...}}; `--dry-run` prints the grid with each cell's
-decision (run, resume, skip) and its `reproduce --dry-run` plan, and writes nothing.
+decision (run, resume, skip) and its `reproduce --dry-run` plan, and writes nothing. `--controls`: every RL run's
+compute-matched SFT control (`reproduce --control`), run after all the RL runs, smallest budget first: the controls
+of one base and seed are one SFT trajectory, each continuing where the one before it stopped (pipeline/control.py).
 
     dare-bench sweep --scale tiny --backbone llada --task sudoku --jobs 2          # every algorithm x 3 seeds
     dare-bench sweep '*-llada-sudoku' --scale micro --jobs 2 --json
@@ -349,9 +351,39 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
                                        gpus=slurm_gpus)
     else:
         workers = LocalWorkers()
-    _execute([c for c in todo if c.status == "pending"], workers, url=url, jobs=jobs, threads=threads,
-             overrides=overrides, device=device, force=force, controls=controls, progress=progress, log=log)
+    pending = [c for c in todo if c.status == "pending"]
+    # --controls: the RL runs first, then every control in order of budget. The controls of one base and seed are
+    # one SFT trajectory (pipeline/control.py), so each continues where the one before it stopped; run beside or
+    # right after its RL run, a control would often start that trajectory again from step 0.
+    runs = [c for c in pending if c.action != "control"]
+    rl_runs = [c for c in runs if controls and _is_rl(c)]
+    bar = None
+    if progress and pending:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pending) + len(rl_runs), desc="sweep", unit="run", file=sys.stderr)
+    try:
+        common = dict(url=url, jobs=jobs, threads=threads, overrides=overrides, device=device, log=log, bar=bar)
+        _execute(runs, workers, force=force, controls=False, **common)
+        finished = [c for c in rl_runs if c.status == "finished"]
+        if bar is not None:
+            bar.update(len(rl_runs) - len(finished))  # a failed RL run has no control to run
+        _decide(finished, url, force=False, dry_run=False, controls=True)  # now control-only (or skipped)
+        for cell in finished:
+            if cell.action == "control":
+                cell.status = "pending"
+            elif bar is not None:
+                bar.update(1)
+        later = [c for c in pending if c.action == "control" and c.status == "pending"]
+        _execute(controls_by_budget(later), workers, force=False, controls=True, **common)
+    finally:
+        if bar is not None:
+            bar.close()
     return cells
+
+
+def _is_rl(cell: Cell) -> bool:
+    return cell.cfg is not None and cell.cfg.profile.train.kind == "rl"
 
 
 def controls_by_budget(cells: list[Cell]) -> list[Cell]:
@@ -455,8 +487,8 @@ def _dry_run_plans(cells: list[Cell], *, overrides, device: str | None) -> None:
 
 
 def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, overrides, device: str | None,
-             force: bool, controls: bool, progress: bool, log: Callable[[str], Any]) -> None:
-    """Run `cells`, at most `jobs` at once; one progress bar over all of them."""
+             force: bool, controls: bool, log: Callable[[str], Any], bar=None) -> None:
+    """Run `cells`, at most `jobs` at once, advancing the sweep's progress `bar`."""
     from dare_bench.fileio import dare_bench_home
 
     logs = dare_bench_home() / "sweeps" / "logs"
@@ -467,11 +499,6 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
     started_groups: set = set()  # base groups with a cell started
     ready_groups: set = set()  # base groups whose base is cached (a cell logged its base evaluation, or ended)
     failed_groups: dict = {}  # base group -> the cell that failed while building that base
-    bar = None
-    if progress and cells:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(cells), desc="sweep", unit="run", file=sys.stderr)
     try:
         while queue or running:
             for cell in _cells_of_failed_bases(queue, failed_groups):
@@ -506,7 +533,9 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
                         and not _base_ready(err_path, cell.metric)):  # its log, read after the end: no race
                     failed_groups[group] = cell  # it died before its base was evaluated: that base does not exist
                 ready_groups.add(group)
-                cell.wall_seconds = time.perf_counter() - t0
+                # a control-only cell's wall is its RL run's (from the store) and its control's
+                base_wall = (cell.wall_seconds or 0.0) if cell.action == "control" else 0.0
+                cell.wall_seconds = base_wall + time.perf_counter() - t0
                 if cell.status == "failed":
                     _record_failure(cell, url)
                     log(f"{cell.name} seed {cell.seed}: failed: {cell.message} (log {cell.log})")
@@ -517,9 +546,6 @@ def _execute(cells: list[Cell], workers, *, url: str, jobs: int, threads: int, o
             workers.stop(handle)
             cell.status, cell.message = "failed", "sweep interrupted"
         raise
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def control_trajectory(cell: Cell) -> tuple | None:

@@ -183,6 +183,23 @@ def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared,
     assert cells["d1-llada-sudoku"]["control"] == rl["control"] and len(store.latest_runs(limit=None)) == 4
 
 
+def test_controls_on_a_fresh_grid_run_each_rl_run_then_its_control(home, shared, capsys, monkeypatch):
+    db = shared / "fresh-controls.db"
+    code, out, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db),
+                             "--controls", "--json")
+    assert code == 0, err
+    cells = by_name(payload(out)["cells"])
+    rl, ev = cells["d1-llada-sudoku"], cells["baseline-llada-sudoku"]
+    assert (rl["action"], rl["status"]) == ("control", "finished") and ev["status"] == "finished"
+    store = Store(f"sqlite:///{db}")
+    rl_run = store.get_run(rl["run_id"])
+    controls = store.controls_of(rl_run["uid"])
+    assert rl_run["reproduction"] == "d1-llada-sudoku" and len(controls) == 1
+    finals = [e for e in store.evaluations(controls[0]["id"]) if e["checkpoint"] == "final"]
+    assert rl["control"] == finals[0]["metrics"]["accuracy"] and ev["control"] is None
+    assert len(store.latest_runs(limit=None)) == 3  # the evaluation, the RL run, its control
+
+
 def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(home, shared, capsys, monkeypatch):
     db = shared / "kill.db"
     url = f"sqlite:///{db}"
@@ -436,7 +453,7 @@ def test_a_sweep_fails_the_rest_of_a_group_when_its_base_build_fails(home, tmp_p
              for n in ("d1-llada-sudoku", "sft-llada-sudoku", "d1-llada-countdown")]
     workers, logged = FakeWorkers(), []
     sweep._execute(cells, workers, url=f"sqlite:///{tmp_path / 'grid.db'}", jobs=1, threads=1, overrides=(),
-                   device=None, force=False, controls=False, progress=False, log=logged.append)
+                   device=None, force=False, controls=False, log=logged.append)
     assert any(line.startswith("sft-llada-sudoku seed 0: failed: not started") for line in logged)
     assert workers.started == ["d1-llada-sudoku", "d1-llada-countdown"]  # sft-llada-sudoku never trained it again
     assert [c.status for c in cells] == ["failed", "failed", "finished"]
@@ -471,3 +488,42 @@ def test_a_control_waits_while_a_control_of_its_trajectory_runs():
     assert sweep._next_cell(queue, set(), ready, busy | {sweep.control_trajectory(other_seed)}) is rl_cell
     assert sweep._next_cell(queue, set(), ready, busy) is None
     assert sweep._next_cell(queue, set(), ready, set()) is same  # `first` ended: `same` continues its stretch
+
+
+def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, monkeypatch):
+    """`--controls` on a fresh grid: the RL runs first (without `--control`), then each one's control in order of
+    budget, so the controls of one base and seed continue one SFT trajectory instead of restarting it."""
+    budgets = {"d1-llada-sudoku": 3e12, "bgpo-llada-sudoku": 1e12, "spg-llada-sudoku": 2e12}
+    started = []
+
+    class FakeWorkers:
+        def start(self, cmd, env, out_path, err_path):
+            control = "--control" in cmd
+            started.append((cmd[cmd.index("reproduce") + 1], control))
+            result = {"status": "finished", "run_id": 1, "metrics": {"accuracy": 0.5}}
+            if control:
+                result["control"] = {"metrics": {"accuracy": 0.4}}
+            Path(out_path).write_text(json.dumps(result))
+            Path(err_path).write_text("")
+            return 0
+
+        def poll(self, handle):
+            return handle, None
+
+        def stop(self, handle):
+            pass
+
+    def decide(cells, url, *, force, dry_run, controls=False):  # the store's answer once the RL runs finished
+        for cell in cells:
+            if cell.status == "finished":
+                cell.action, cell.budget, cell.wall_seconds = "control", budgets[cell.name], 10.0
+
+    monkeypatch.setattr(sweep, "_decide", decide)
+    monkeypatch.setattr(sweep, "LocalWorkers", FakeWorkers)
+    monkeypatch.setattr(sweep, "POLL_SECONDS", 0)
+    cells = sweep.run_sweep(list(budgets), scale="micro", controls=True, db=str(tmp_path / "grid.db"),
+                            progress=False, log=lambda _msg: None)
+    assert started == [(name, False) for name in budgets] + [
+        ("bgpo-llada-sudoku", True), ("spg-llada-sudoku", True), ("d1-llada-sudoku", True)]
+    assert [(c.status, c.final, c.control) for c in cells] == [("finished", 0.5, 0.4)] * 3
+    assert all(c.wall_seconds >= 10.0 for c in cells)  # the RL run's time and its control's
