@@ -21,8 +21,9 @@ of training from step 0: the same weights and step metrics bit for bit (tests/pi
 of the difference. A budget that stops where a kept stretch ends (equal budgets: RL algorithms that count the same
 FLOPs) takes that stretch with no step at all. The trajectory key (`trajectory_key`) holds everything that moves the
 bits: the recipe without its length, seed, base weights, torch version, thread count and device. The run record's
-compute says which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs control-only cells in
-order of budget, so each continues the previous one. The folder is a cache: deleting it costs time, not results.
+compute says which stretch it continued (`continued_from`). `dare-bench sweep --controls` runs every control after
+the RL runs, in order of budget, so each continues the previous one. The folder is a cache: deleting it costs time,
+not results.
 """
 
 from __future__ import annotations

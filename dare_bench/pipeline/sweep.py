@@ -183,7 +183,7 @@ def cell_command(cell: Cell, *, db: str, overrides: list[str] | tuple[str, ...] 
     cell runs its compute-matched SFT control after it (`reproduce --control`)."""
     cmd = [sys.executable, "-m", "dare_bench.cli", "reproduce", cell.name, *overrides, "--seed", str(cell.seed),
            "--scale", cell.scale, "--json", "--db", db]
-    if controls and cell.cfg is not None and cell.cfg.profile.train.kind == "rl":
+    if controls and _is_rl(cell):
         cmd.append("--control")
     if cell.action == "resume":
         cmd.append("--resume")
@@ -372,7 +372,9 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
         for cell in finished:
             if cell.action == "control":
                 cell.status = "pending"
-            elif bar is not None:
+                continue
+            cell.status = "finished"  # its control finished elsewhere meanwhile: this sweep still ran its RL run
+            if bar is not None:
                 bar.update(1)
         later = [c for c in pending if c.action == "control" and c.status == "pending"]
         _execute(controls_by_budget(later), workers, force=False, controls=True, **common)

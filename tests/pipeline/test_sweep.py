@@ -493,7 +493,8 @@ def test_a_control_waits_while_a_control_of_its_trajectory_runs():
 def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, monkeypatch):
     """`--controls` on a fresh grid: the RL runs first (without `--control`), then each one's control in order of
     budget, so the controls of one base and seed continue one SFT trajectory instead of restarting it."""
-    budgets = {"d1-llada-sudoku": 3e12, "bgpo-llada-sudoku": 1e12, "spg-llada-sudoku": 2e12}
+    budgets = {"d1-llada-sudoku": 3e12, "bgpo-llada-sudoku": 1e12, "spg-llada-sudoku": 2e12,
+               "wd1-llada-sudoku": None}  # wd1's control finished in another sweep meanwhile
     started = []
 
     class FakeWorkers:
@@ -515,7 +516,9 @@ def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, m
 
     def decide(cells, url, *, force, dry_run, controls=False):  # the store's answer once the RL runs finished
         for cell in cells:
-            if cell.status == "finished":
+            if cell.status == "finished" and budgets[cell.name] is None:
+                cell.action, cell.status, cell.control = "skip", "skipped", 0.3
+            elif cell.status == "finished":
                 cell.action, cell.budget, cell.wall_seconds = "control", budgets[cell.name], 10.0
 
     monkeypatch.setattr(sweep, "_decide", decide)
@@ -525,5 +528,6 @@ def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, m
                             progress=False, log=lambda _msg: None)
     assert started == [(name, False) for name in budgets] + [
         ("bgpo-llada-sudoku", True), ("spg-llada-sudoku", True), ("d1-llada-sudoku", True)]
-    assert [(c.status, c.final, c.control) for c in cells] == [("finished", 0.5, 0.4)] * 3
-    assert all(c.wall_seconds >= 10.0 for c in cells)  # the RL run's time and its control's
+    assert [(c.status, c.final, c.control) for c in cells] == [("finished", 0.5, 0.4)] * 3 + [
+        ("finished", 0.5, 0.3)]  # wd1's RL run ran in this sweep; its control is the other sweep's
+    assert all(c.wall_seconds >= 10.0 for c in cells[:3])  # the RL run's time and its control's
