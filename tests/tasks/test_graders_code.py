@@ -141,7 +141,7 @@ def test_grader_parses_are_serialised_across_threads():
     worker.join()
 
 
-def test_parsing_generated_code_prints_no_syntax_warning(capfd):
+def test_parsing_generated_code_raises_no_syntax_warning():
     """`[v*7for v in a]` (a tiny replica's rollout) parses with Python's "invalid decimal literal" SyntaxWarning,
     which went to stderr once per rollout in sweep worker logs; the graders' parse silences it, and only it."""
     import ast
@@ -149,12 +149,10 @@ def test_parsing_generated_code_prints_no_syntax_warning(capfd):
 
     from dare_bench.tasks.graders import pyast
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tree = pyast.parse("y = [v*7for v in a]")
         assert isinstance(tree.body[0], ast.Assign)
-        assert "SyntaxWarning" not in capfd.readouterr().err
-        with warnings.catch_warnings(record=True) as caught:  # outside the graders' parse it still warns
-            warnings.simplefilter("always")
-            ast.parse("y = [v*7for v in a]")
-        assert any(issubclass(w.category, SyntaxWarning) for w in caught)
+        assert not [w for w in caught if issubclass(w.category, SyntaxWarning)]
+        ast.parse("y = [v*7for v in a]")  # outside the graders' parse it still warns
+        assert [w for w in caught if issubclass(w.category, SyntaxWarning)]
