@@ -175,7 +175,7 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
     Aggregated in SQL (count, mean, mean of squares); only one backbone and ONE scale per call, so scales are
     never mixed. Runs that started from different tiny bases (`runs.base_sha256`) are different groups: `group` is
     the task, or "task @ <base hash>" where a task has runs on several bases, and `best` marks the highest mean per
-    (group, metric); ties all win.
+    (group, metric) among its contenders: the entries with several runs, or all entries where none has; ties all win.
     """
     sql = f"""
         SELECT r.algorithm AS algorithm, f.task AS task, e.primary_metric AS metric,
@@ -202,8 +202,13 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
     var = ((df["mean_sq"] - df["mean"] ** 2).clip(lower=0.0) * n / (n - 1).where(n > 1)).fillna(0.0)
     df["std"] = var.pow(0.5).where(n > 1)
     df["ci95"] = [t95(int(k) - 1) * s / math.sqrt(k) if k > 1 else float("nan") for k, s in zip(df["n"], df["std"])]
-    top = df.groupby(["group", "metric"])["mean"].transform("max")
-    df["best"] = (df["mean"] - top).abs() <= 1e-12
+    # One run has no interval, so it cannot stand against entries with several: where a (group, metric) has any
+    # entry with n > 1, only those contend for `best`
+    keys = [df["group"], df["metric"]]
+    replicated = df["n"] > 1
+    contender = replicated | ~replicated.groupby(keys).transform("any")
+    top = df["mean"].where(contender).groupby(keys).transform("max")
+    df["best"] = contender & ((df["mean"] - top).abs() <= 1e-12)
     df = df.merge(_gains(engine, backbone, scale, include_modified), on=["algorithm", "task", "metric", "base"],
                   how="left")
     return df.drop(columns=["mean_sq"]).sort_values(["group", "mean"], ascending=[True, False]).reset_index(drop=True)
@@ -293,7 +298,8 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
 def winners_overview(engine: Engine, *, scale: str, include_modified: bool = False) -> pd.DataFrame:
     """The question at a glance, one row per backbone x task (x base group): the best algorithm (baseline and
     released checkpoints left out of the race), the runner-up, the margin, and whether their 95 % CIs separate
-    ("yes" / "no"; "n/a" where either has one run, so no interval).
+    ("yes" / "no"; "n/a" where either has one run, so no interval). Entries with one run enter the race only where
+    no entry of the row has several.
 
     Algorithms with exactly the best mean share the win: the winner is the first of them by name, `tied_with`
     lists the others, and the runner-up is the best algorithm below the tie (a margin of +0.000 over a co-winner
@@ -303,6 +309,8 @@ def winners_overview(engine: Engine, *, scale: str, include_modified: bool = Fal
         cells = winners(engine, backbone=backbone, scale=scale, include_modified=include_modified)
         cells = cells[cells["algorithm"] != "baseline"]
         for (group, metric), g in cells.groupby(["group", "metric"]):
+            if (g["n"] > 1).any():  # as in `winners`: single runs race only where no entry has several
+                g = g[g["n"] > 1]
             g = g.sort_values(["mean", "algorithm"], ascending=[False, True], kind="stable")
             top = g.iloc[0]
             # equal means come from equal solve counts on one test split: compare with a tolerance for the float

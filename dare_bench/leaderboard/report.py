@@ -67,7 +67,8 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
     body = "".join("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |\n" for r in rows)
     return (head + body + f"\n_Scale {scale}: mean final score over seeds ± 95 % CI; margin over the runner-up; "
             "vs base = final − the SFT base it started from; vs SFT control = final − a compute-matched SFT "
-            "continuation from the same base._\n")
+            "continuation from the same base. An entry with one run (no interval) competes only in a row where no "
+            "entry has several._\n")
 
 
 def write_image(rows: list[dict[str, Any]], path: Path, title: str) -> None:

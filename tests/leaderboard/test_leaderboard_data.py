@@ -342,3 +342,24 @@ def test_mc_sensitivity_counts_spg_draws_by_num_t(tmp_path):
             overrides=["train.algorithm.num_t=4", "train.mc_samples=4"], **same)
     mc = L.mc_sensitivity(L.open_reader(store.url), backbone="llada", task="sudoku", scale="tiny")
     assert list(mc["mc_samples"]) == [2, 4] and list(mc["n"]) == [2, 1] and list(mc["pinned"]) == [True, False]
+
+
+def test_a_single_run_does_not_outrank_entries_with_several(tmp_path):
+    """One seed has no interval: where some entry of a row has several runs, a one-run entry with a higher mean is
+    neither the winner nor the runner-up (the README table showed a one-seed CJ-GRPO above a three-seed d-TreeRPO)."""
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    add_run(store, "cj-grpo", 0.50, seed=0)
+    for seed, (a, b) in enumerate([(0.40, 0.30), (0.42, 0.31), (0.41, 0.29)]):
+        add_run(store, "d1", a, seed=seed)
+        add_run(store, "sft", b, seed=seed)
+    engine = L.open_reader(store.url)
+    cells = L.winners(engine, backbone="llada", scale="micro")
+    assert L.task_winners(cells) == {"sudoku": ["d1"]} and not _cell(cells, "cj-grpo").best
+    over = L.winners_overview(engine, scale="micro").iloc[0]
+    assert (over.winner, over.runner_up, over.n) == ("d1", "sft", 3)
+    assert over.margin == pytest.approx(0.41 - 0.30) and over.separated == "yes"
+    # with one run everywhere, the highest mean still wins
+    solo = Store(f"sqlite:///{tmp_path / 'solo.db'}")
+    add_run(solo, "cj-grpo", 0.50)
+    add_run(solo, "d1", 0.40)
+    assert L.winners_overview(L.open_reader(solo.url), scale="micro").iloc[0].winner == "cj-grpo"
