@@ -202,16 +202,19 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
     var = ((df["mean_sq"] - df["mean"] ** 2).clip(lower=0.0) * n / (n - 1).where(n > 1)).fillna(0.0)
     df["std"] = var.pow(0.5).where(n > 1)
     df["ci95"] = [t95(int(k) - 1) * s / math.sqrt(k) if k > 1 else float("nan") for k, s in zip(df["n"], df["std"])]
-    # One run has no interval, so it cannot stand against entries with several: where a (group, metric) has any
-    # entry with n > 1, only those contend for `best`
-    keys = [df["group"], df["metric"]]
-    replicated = df["n"] > 1
-    contender = replicated | ~replicated.groupby(keys).transform("any")
-    top = df["mean"].where(contender).groupby(keys).transform("max")
+    contender = _contenders(df)
+    top = df["mean"].where(contender).groupby([df["group"], df["metric"]]).transform("max")
     df["best"] = contender & ((df["mean"] - top).abs() <= 1e-12)
     df = df.merge(_gains(engine, backbone, scale, include_modified), on=["algorithm", "task", "metric", "base"],
                   how="left")
     return df.drop(columns=["mean_sq"]).sort_values(["group", "mean"], ascending=[True, False]).reset_index(drop=True)
+
+
+def _contenders(cells: pd.DataFrame) -> pd.Series:
+    """Which cells race for the win. One run has no interval, so it cannot stand against entries with several:
+    where a (group, metric) has any entry with n > 1, only those contend; where none has, all do."""
+    replicated = cells["n"] > 1
+    return replicated | ~replicated.groupby([cells["group"], cells["metric"]]).transform("any")
 
 
 def _mean_ci(values: pd.Series) -> tuple[float, float, int]:
@@ -308,9 +311,8 @@ def winners_overview(engine: Engine, *, scale: str, include_modified: bool = Fal
     for backbone in facets_backbones(engine, scale):
         cells = winners(engine, backbone=backbone, scale=scale, include_modified=include_modified)
         cells = cells[cells["algorithm"] != "baseline"]
+        cells = cells[_contenders(cells)]  # decided without the baseline, which is not in this race
         for (group, metric), g in cells.groupby(["group", "metric"]):
-            if (g["n"] > 1).any():  # as in `winners`: single runs race only where no entry has several
-                g = g[g["n"] > 1]
             g = g.sort_values(["mean", "algorithm"], ascending=[False, True], kind="stable")
             top = g.iloc[0]
             # equal means come from equal solve counts on one test split: compare with a tolerance for the float
