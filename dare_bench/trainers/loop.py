@@ -330,12 +330,17 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
     def grade_row(r: int, tokens: list[int]):
         return task.grade(row_text(tokens), items[idx[r // group]], grader)
 
-    # the whole batch at once: code tasks grade concurrently, a program repeated in a group reaches the sandbox once
-    texts = [row_text(row) for row in comp.tolist()]
-    row_items = [items[idx[r // group]] for r in range(comp.shape[0])]
     grade_many = getattr(task, "grade_many", None)
-    results = (grade_many(texts, row_items, grader) if grade_many is not None
-               else [task.grade(t, it, grader) for t, it in zip(texts, row_items)])
+
+    def grade_rows(rows: list[int], token_lists: list[list[int]]):
+        """Many completions at once: code tasks grade concurrently, a program repeated (in a group, or across
+        MDPO's intermediate states) reaches the sandbox once; equal to `grade_row` on each."""
+        texts = [row_text(tokens) for tokens in token_lists]
+        row_items = [items[idx[r // group]] for r in rows]
+        return (grade_many(texts, row_items, grader) if grade_many is not None
+                else [task.grade(t, it, grader) for t, it in zip(texts, row_items)])
+
+    results = grade_rows(list(range(comp.shape[0])), comp.tolist())
     rewards = [float(res.reward) for res in results]
     correct = [float(bool(res.correct)) for res in results]
     rewards_t = torch.tensor(rewards, dtype=torch.float32, device=device)
@@ -343,7 +348,8 @@ def rollout_batch(policy, tokenizer, task, items: Sequence[Any], idx: Sequence[i
         trajectories = _split_trajectory(out.trajectory, comp.shape[0])
     batch = RolloutBatch(prompt_ids, prompt_mask, comp, cmask, rewards_t, group, trajectories=trajectories,
                          grader=CompletionGrader(lambda r, toks: float(grade_row(r, toks).reward),
-                                                 tuple(range(comp.shape[0]))))
+                                                 tuple(range(comp.shape[0])),
+                                                 lambda rs, tls: [float(res.reward) for res in grade_rows(rs, tls)]))
     info = {"correct": correct, "unfinished": unfinished, "output": out, "time_rollout_s": t_rollout,
             "time_reward_s": time.perf_counter() - t0}
     return batch, info

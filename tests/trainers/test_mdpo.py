@@ -258,6 +258,41 @@ def test_the_loop_grader_grades_like_the_rollouts():
     assert torch.equal(batch.grader(with_mask), batch.grader(cut))
 
 
+def test_the_loop_grader_grades_every_step_in_one_batched_call():
+    """MDPO grades [N, K, C] proposals: the loop's grader sends all N x K to the task's `grade_many` at once (code
+    tasks: concurrent, each distinct program once), with the same rewards as grading row by row, step by step."""
+    from dare_bench.trainers.algorithms.base import CompletionGrader
+    from dare_bench.trainers.loop import rollout_batch
+
+    from rl_fakes import CharTokenizer, ReverseTask
+
+    class BatchGradedTask(ReverseTask):
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def grade_many(self, completions, items, grader="dare"):
+            self.batches.append(len(completions))
+            return [self.grade(c, it, grader) for c, it in zip(completions, items)]
+
+    task = BatchGradedTask()
+    batch, _ = rollout_batch(micro_llada(0), CharTokenizer(), task, task.items, [0, 1], 2,
+                             {"gen_length": 4, "steps": 4, "temperature": 0.9},
+                             generator=torch.Generator().manual_seed(0))
+    assert task.batches == [4]  # the rollouts themselves: one call
+    g = torch.Generator().manual_seed(3)
+    steps = torch.randint(0, 12, (4, 3, 4), generator=g)
+    steps[1, 2, 2:] = MASK
+    task.batches.clear()
+    graded = batch.grader(steps)
+    assert task.batches == [12] and graded.shape == (4, 3)
+    one_by_one = CompletionGrader(batch.grader.grade_row, batch.grader.rows)  # no batched path: row by row
+    want = torch.stack([one_by_one(steps[:, k]) for k in range(3)], dim=1)
+    assert torch.equal(graded, want) and len(set(want.flatten().tolist())) > 1
+    sub = batch.grader.select([2, 0])
+    assert torch.equal(sub(steps[[2, 0]]), want[[2, 0]])
+
+
 def test_settings_are_checked():
     ok = get_algorithm("mdpo")({}, TRAITS)
     assert ok.config.top_k_steps == 16 and ok.config.confidence_weighting and ok.std_normalise

@@ -36,7 +36,8 @@ Refinements made with the shared loop (all backwards compatible):
 - `RolloutBatch.grader` (a `CompletionGrader`): the reward of any completion token sequence of a row, graded exactly
   as the loop graded the rollouts (cut at the first stop token, decoded, the task's grader on that row's item).
   The loop attaches it to every batch; a plug-in that rewards intermediate states (MDPO: the proposal of every
-  denoising step) calls `batch.grader(completions [n, C])` in `prepare`. `select` keeps it row-aligned.
+  denoising step) calls `batch.grader(completions [n, K, C])` in `prepare`, all K steps in one call. `select`
+  keeps it row-aligned.
 - Plug-in rollouts, for algorithms whose rollouts are not `group_size` independent samples per prompt (tree
   search: d-TreeRPO; any next tree / trajectory-search algorithm): `owns_rollout = True` and
   `generate_rollouts(policy, prompt_ids, prompt_mask, settings=..., generator=...)` returns a `PluginRollout`:
@@ -77,22 +78,32 @@ from dare_bench.models.base import ModelTraits
 @dataclass
 class CompletionGrader:
     """Rewards of arbitrary completions of a batch's rows: `grader(completions [n, C])` -> float32 `[n]`, row i of
-    `completions` graded against the item of this view's row i. `grade_row(row, token_ids)` is the loop's grading
-    of one row of the original batch; `rows` maps this view's rows to the original batch's."""
+    `completions` graded against the item of this view's row i; `grader(completions [n, K, C])` -> `[n, K]` grades K
+    completions of each row in one call. `grade_row(row, token_ids)` is the loop's grading of one row of the original
+    batch; `rows` maps this view's rows to the original batch's. `grade_rows(rows, token_id_lists)`, where given, grades
+    many at once and must equal `grade_row` on each: the loop's sends a code task's programs to the sandbox
+    concurrently and each distinct one once, which is what makes MDPO's graded intermediate states affordable on
+    pyfunc (K proposals per row, one sandbox process each when graded one by one)."""
 
     grade_row: Callable[[int, list[int]], float]
     rows: tuple[int, ...]
+    grade_rows: Callable[[list[int], list[list[int]]], list[float]] | None = None
 
     def __call__(self, completions: torch.Tensor) -> torch.Tensor:
-        if completions.dim() != 2 or completions.shape[0] != len(self.rows):
-            raise ValueError(f"grader: expected [{len(self.rows)}, C] completions, got {tuple(completions.shape)}")
-        ids = completions.tolist()
-        return torch.tensor([float(self.grade_row(r, ids[i])) for i, r in enumerate(self.rows)],
-                            dtype=torch.float32, device=completions.device)
+        if completions.dim() not in (2, 3) or completions.shape[0] != len(self.rows):
+            raise ValueError(f"grader: expected [{len(self.rows)}, C] or [{len(self.rows)}, K, C] completions, got "
+                             f"{tuple(completions.shape)}")
+        per_row = 1 if completions.dim() == 2 else completions.shape[1]
+        ids = completions.reshape(len(self.rows) * per_row, completions.shape[-1]).tolist()
+        rows = [r for r in self.rows for _ in range(per_row)]  # row-major, as the reshape lays out `ids`
+        rewards = (self.grade_rows(rows, ids) if self.grade_rows is not None
+                   else [self.grade_row(r, toks) for r, toks in zip(rows, ids)])
+        out = torch.tensor([float(x) for x in rewards], dtype=torch.float32, device=completions.device)
+        return out if completions.dim() == 2 else out.view(len(self.rows), per_row)
 
     def select(self, rows: slice | list[int]) -> "CompletionGrader":
         picked = self.rows[rows] if isinstance(rows, slice) else tuple(self.rows[i] for i in rows)
-        return CompletionGrader(self.grade_row, tuple(picked))
+        return CompletionGrader(self.grade_row, tuple(picked), self.grade_rows)
 
 
 @dataclass

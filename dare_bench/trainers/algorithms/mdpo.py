@@ -207,7 +207,7 @@ class MDPO(Algorithm):
         # 1-4: step rewards, advantages, the selected steps
         proposals = torch.stack([torch.cat([t.steps[k].proposal for t in rows]) for k in range(n_steps)], dim=1)
         proposals = proposals[:, :, p:p + n_comp].to(dev)  # [N, K, C]
-        rewards = torch.stack([batch.grader(proposals[:, k]) for k in range(n_steps)], dim=1).to(dev)
+        rewards = batch.grader(proposals).to(dev)  # [N, K]: every step's proposal in one call (one sandbox run each)
         adv = step_advantages(rewards, batch.group_size, std_normalise=self.std_normalise)
         chosen = select_steps(adv, c.top_k_steps)
         sel = chosen.tolist()
