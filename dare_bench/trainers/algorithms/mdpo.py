@@ -207,7 +207,7 @@ class MDPO(Algorithm):
         # 1-4: step rewards, advantages, the selected steps
         proposals = torch.stack([torch.cat([t.steps[k].proposal for t in rows]) for k in range(n_steps)], dim=1)
         proposals = proposals[:, :, p:p + n_comp].to(dev)  # [N, K, C]
-        rewards = batch.grader(proposals).to(dev)  # [N, K]: every step's proposal in one call (one sandbox run each)
+        rewards = batch.grader(proposals).to(dev)  # [N, K]: all steps in one call (a distinct program runs once)
         adv = step_advantages(rewards, batch.group_size, std_normalise=self.std_normalise)
         chosen = select_steps(adv, c.top_k_steps)
         sel = chosen.tolist()
