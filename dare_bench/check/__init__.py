@@ -144,9 +144,10 @@ def _environment_changes(doc: dict[str, Any]) -> dict[str, list]:
     recorded = doc.get("packages") or {}
     changes = {k: [recorded.get(k), now.get(k)] for k in sorted(set(recorded) | set(now))
                if k != "dare-bench" and recorded.get(k) != now.get(k)}
-    cpu = (doc.get("hardware") or {}).get("cpu")
-    if cpu and cpu != environment.hardware().get("cpu"):
-        changes["cpu"] = [cpu, environment.hardware().get("cpu")]
+    recorded_hw, now_hw = doc.get("hardware") or {}, environment.hardware()
+    for key in ("cpu", "cpu_id", "cpu_isa"):  # older recordings lack cpu_id / cpu_isa: nothing to compare
+        if recorded_hw.get(key) and now_hw.get(key) and recorded_hw[key] != now_hw[key]:
+            changes[key] = [recorded_hw[key], now_hw[key]]
     return changes
 
 

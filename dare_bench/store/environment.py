@@ -53,6 +53,8 @@ def hardware() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu": _cpu_name(),
+        # the marketing name can hide the generation ("AMD EPYC" on a VM); family / model / stepping does not
+        "cpu_id": _cpu_id(),
         "cpu_count": os.cpu_count(),
     }
     try:
@@ -63,9 +65,30 @@ def hardware() -> dict:
     torch = sys.modules.get("torch")
     if torch is not None:
         info["torch_threads"] = torch.get_num_threads()
+        # the vector ISA torch dispatches its CPU kernels to (e.g. AVX2, AVX512): it fixes the reduction order of
+        # a matmul, so two machines with different ISAs train different bits (a tiny base's weight hash differs)
+        info["cpu_isa"] = torch.backends.cpu.get_cpu_capability()
         if torch.cuda.is_available():
             info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info
+
+
+def _cpu_id() -> str:
+    """"vendor family F model M stepping S" from /proc/cpuinfo (x86 Linux), else the platform's processor string."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if not key:
+                break  # the first processor's block is enough
+            fields.setdefault(key, value.strip())
+    except OSError:
+        pass
+    if "vendor_id" in fields and "cpu family" in fields:
+        return (f"{fields['vendor_id']} family {fields['cpu family']} model {fields.get('model', '?')} "
+                f"stepping {fields.get('stepping', '?')}")
+    return platform.processor() or "unknown"
 
 
 def _cpu_name() -> str:

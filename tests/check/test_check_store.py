@@ -213,6 +213,27 @@ def test_another_recording_environment_is_reported_never_failed(setup):
                                                      environment.package_versions()["torch"]]
 
 
+def test_another_cpu_generation_or_isa_is_reported(setup):
+    # a base's bits depend on the kernels' ISA: a recording made on another CPU generation says so
+    import torch  # noqa: F401  (the record's ISA is read from an imported torch)
+
+    from dare_bench.store import environment
+
+    db, directory = setup
+    add_run(db, seed=7)
+    path = directory / f"{NAME}.micro.json"
+    doc = json.loads(path.read_text())
+    elsewhere = {"cpu_id": "OtherVendor family 0 model 0 stepping 0", "cpu_isa": "OTHER-ISA"}  # no real CPU's
+    doc["hardware"] = {**(doc.get("hardware") or {}), **elsewhere}
+    path.write_text(json.dumps(doc))
+    result, report = _report(db, directory)
+    assert result.exit_code == 0, result.output
+    changes = report["reproductions"][0]["environment_changes"]
+    now = environment.hardware()
+    assert changes["cpu_id"] == [elsewhere["cpu_id"], now["cpu_id"]]
+    assert changes["cpu_isa"] == [elsewhere["cpu_isa"], now["cpu_isa"]]
+
+
 def test_a_run_on_another_base_is_reported_as_compared_across_bases(setup):
     db, directory = setup
     add_run(db, seed=7)

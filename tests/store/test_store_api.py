@@ -1,5 +1,7 @@
 """Store repository API: run lifecycle, metrics, evaluations with samples, reported-score sync, failure paths."""
 
+from pathlib import Path
+
 import pytest
 
 from dare_bench.errors import StoreError
@@ -111,3 +113,16 @@ def test_orphaned_running_run_is_marked_failed(spec, db_url):
         s.get(Run, run_id).pid = int(dead.stdout)
     assert store.mark_orphans_failed() == 1
     assert store.get_run(run_id)["status"] == "failed"
+
+
+def test_the_hardware_record_names_the_cpu_generation_and_the_kernel_isa():
+    # "AMD EPYC" alone hid that two machines of one name trained different tiny bases: the record keeps what does
+    import torch
+
+    from dare_bench.store import environment
+
+    record = environment.hardware()
+    assert record["cpu_isa"] == torch.backends.cpu.get_cpu_capability()
+    assert record["cpu_id"] and record["cpu_id"] != "unknown"
+    if Path("/proc/cpuinfo").exists() and "vendor_id" in Path("/proc/cpuinfo").read_text():
+        assert " family " in record["cpu_id"] and " model " in record["cpu_id"]
