@@ -298,6 +298,22 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
 # ------------------------------------------------------------------------------------------------ overview
 
 
+def base_machines(engine: Engine, *, scale: str) -> dict[str, str]:
+    """Per tiny base (full weight hash): the CPU of the first run that started from it, e.g. "AMD EPYC (AuthenticAMD
+    family 25 model 1 stepping 1, AVX2)". A base's bits depend on the CPU's kernels, so this says why a task has
+    several bases (`winners`' "task @ hash" groups). Records made before the family / ISA were kept give the name."""
+    sql = """
+        SELECT base_sha256 AS base, hardware_json AS hardware FROM runs
+        WHERE id IN (SELECT MIN(id) FROM runs WHERE scale = :scale AND base_sha256 IS NOT NULL GROUP BY base_sha256)
+    """
+    machines = {}
+    for row in _df(engine, sql, scale=scale).itertuples():
+        hw = json.loads(row.hardware or "{}")
+        detail = ", ".join(str(hw[k]) for k in ("cpu_id", "cpu_isa") if hw.get(k))
+        machines[row.base] = str(hw.get("cpu") or "unknown CPU") + (f" ({detail})" if detail else "")
+    return machines
+
+
 def winners_overview(engine: Engine, *, scale: str, include_modified: bool = False) -> pd.DataFrame:
     """The question at a glance, one row per backbone x task (x base group): the best algorithm (baseline and
     released checkpoints left out of the race), the runner-up, the margin, and whether their 95 % CIs separate

@@ -33,6 +33,7 @@ def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
 
     engine = data.open_reader(url)
     over = data.winners_overview(engine, scale=scale)
+    machines = data.base_machines(engine, scale=scale)
     rows = []
     for r in over.itertuples():
         cells = data.winners(engine, backbone=r.backbone, scale=scale)
@@ -55,7 +56,9 @@ def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
                      "CIs separate": r.separated,
                      # a winner among the measured algorithms may still not beat the SFT base it started from
                      "vs base": _pm(top.vs_base, top.vs_base_ci95, "+") if top.vs_base == top.vs_base else "—",
-                     "vs SFT control": control})
+                     "vs SFT control": control,
+                     # not a table column: the footnote names it for rows split by base ("task @ hash")
+                     "base machine": machines.get(top.base, "") if top.base else ""})
     engine.dispose()
     return rows
 
@@ -65,10 +68,15 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
         return f"_No finished {scale}-scale runs in the bundle yet._\n"
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
     body = "".join("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |\n" for r in rows)
+    # a task measured on several bases is one row per base: say which CPU each base came from, since that is why
+    bases = {r["task"].split(" @ ", 1)[1]: r.get("base machine") for r in rows if " @ " in r["task"]}
+    where = "; ".join(f"{h} {m}" for h, m in sorted(bases.items()) if m)
     return (head + body + f"\n_Scale {scale}: mean final score over seeds ± 95 % CI; margin over the runner-up; "
             "vs base = final − the SFT base it started from; vs SFT control = final − a compute-matched SFT "
             "continuation from the same base. An entry with one run (no interval) competes only in a row where no "
-            "entry has several._\n")
+            "entry has several._\n"
+            + (f"\n_Rows \"task @ base\": the tiny SFT base's weight hash; a base's bits depend on the CPU's kernels, "
+               f"so each machine kind trains its own. The CPU of each base's first run: {where}._\n" if where else ""))
 
 
 def write_image(rows: list[dict[str, Any]], path: Path, title: str) -> None:

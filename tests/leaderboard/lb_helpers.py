@@ -42,11 +42,12 @@ def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, 
 def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llada", task: str = "sudoku",
             scale: str = "micro", seed: int = 0, steps: int = 4, modified: bool = False, n_samples: int = 4,
             base: float = 0.1, base_sha: str | None = None, mc_samples: int | None = None,
-            overrides: list[str] | None = None, num_t: int | None = None) -> int:
+            overrides: list[str] | None = None, num_t: int | None = None, hardware: dict | None = None) -> int:
     cfg = config(algorithm, backbone, task, scale, modified=modified, mc_samples=mc_samples, overrides=overrides,
                  num_t=num_t)
     run_id = store.start_run(cfg, seed=seed,
-                             code_version="test-version", packages={"torch": "2.13.0"}, hardware={"cpu": "test"})
+                             code_version="test-version", packages={"torch": "2.13.0"},
+                             hardware=hardware or {"cpu": "test"})
     for step in range(1, steps + 1 if algorithm != "baseline" else 1):
         store.log_metrics(run_id, step, {
             "reward_mean": final * step / steps, "loss": 1.0 / step, "kl": 0.01 * step, "tokens_per_forward": 1.0,

@@ -51,6 +51,32 @@ def test_winners_table_image_and_readme_block(winners_db, tmp_path):
                              "docs/w.png")  # already current
 
 
+def test_a_task_on_two_bases_names_the_cpu_each_base_came_from(tmp_path):
+    from dare_bench.store import Store
+    from lb_helpers import add_run
+
+    url = f"sqlite:///{tmp_path / 'two-bases.db'}"
+    store = Store(url)
+    epyc = {"cpu": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 1 stepping 1", "cpu_isa": "AVX2"}
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor"}  # recorded before the family / ISA were kept
+    for seed, final in enumerate((0.5, 0.6)):
+        add_run(store, "d1", final, seed=seed, base_sha="a" * 64, hardware=epyc)
+        add_run(store, "d1", final - 0.2, seed=seed, base_sha="b" * 64, hardware=xeon)
+    add_run(store, "d1", 0.9, seed=0, backbone="dream", base_sha="c" * 64, hardware=epyc)  # one base: no footnote
+    store.close()
+    rows = winners_rows(url, scale="micro")
+    by_task = {(r["backbone"], r["task"]): r for r in rows}
+    assert by_task[("llada", "sudoku @ aaaaaaaa")]["base machine"] == \
+        "AMD EPYC (AuthenticAMD family 25 model 1 stepping 1, AVX2)"
+    assert by_task[("llada", "sudoku @ bbbbbbbb")]["base machine"] == "Intel(R) Xeon(R) Processor"
+    table = markdown_table(rows, "micro")
+    assert table.rstrip().endswith("The CPU of each base's first run: aaaaaaaa AMD EPYC (AuthenticAMD family 25 "
+                                   "model 1 stepping 1, AVX2); bbbbbbbb Intel(R) Xeon(R) Processor._")
+    assert "cccccccc" not in table
+    one_base = [r for r in rows if r["backbone"] == "dream"]
+    assert "The CPU of each base" not in markdown_table(one_base, "micro")
+
+
 def test_a_readme_without_the_markers_is_one_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no block\n")
