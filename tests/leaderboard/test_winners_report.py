@@ -53,6 +53,7 @@ def test_winners_table_image_and_readme_block(winners_db, tmp_path):
 
 def test_a_task_on_two_bases_names_the_cpu_each_base_came_from(tmp_path):
     from dare_bench.store import Store
+
     from lb_helpers import add_run
 
     url = f"sqlite:///{tmp_path / 'two-bases.db'}"
