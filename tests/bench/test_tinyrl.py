@@ -55,7 +55,11 @@ def test_each_path_decodes_as_named_and_ratios_come_from_the_rows(monkeypatch):
         "float32", "bfloat16", "dual", 8)
     assert (threshold["dtype"], threshold["threshold"], out["settings"]["threshold"]) == ("bfloat16", 0.7, 0.7)
     assert pinned["rollout_forwards"] == pinned["rollout_steps"]  # the vanilla sampler: one forward per step
-    assert 1 <= threshold["rollout_forwards"] <= pinned["rollout_forwards"]
+    # threshold decoding takes a data-dependent number of forwards: at least one per token it commits, but a commit
+    # of the mask token itself (an upstream quirk kept: the mask is never suppressed) leaves the position masked, so
+    # the barely trained micro model may need more forwards than tokens (25 for 24 on an AVX2 EPYC); the sampler's
+    # no-progress limit, 4 x block + 8, bounds it
+    assert 1 <= threshold["rollout_forwards"] <= 4 * pinned["rollout_forwards"] + 8
     ratio = out["ratios"][0]
     assert ratio["path"] == "fast" and ratio["step"] == pytest.approx(pinned["time_step_s"] / fast["time_step_s"])
     assert ratio["rollout"] == pytest.approx(pinned["time_rollout_s"] / fast["time_rollout_s"])
