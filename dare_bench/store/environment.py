@@ -73,8 +73,9 @@ def hardware() -> dict:
     return info
 
 
-def _cpu_id() -> str:
-    """"vendor family F model M stepping S" from /proc/cpuinfo (x86 Linux), else the platform's processor string."""
+@functools.lru_cache(maxsize=1)
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo (x86 / arm Linux); empty where there is none."""
     fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -85,6 +86,12 @@ def _cpu_id() -> str:
             fields.setdefault(key, value.strip())
     except OSError:
         pass
+    return fields
+
+
+def _cpu_id() -> str:
+    """"vendor family F model M stepping S" (x86 Linux), else the platform's processor string."""
+    fields = _cpuinfo()
     if "vendor_id" in fields and "cpu family" in fields:
         return (f"{fields['vendor_id']} family {fields['cpu family']} model {fields.get('model', '?')} "
                 f"stepping {fields.get('stepping', '?')}")
@@ -92,10 +99,4 @@ def _cpu_id() -> str:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return _cpuinfo().get("model name") or platform.processor() or "unknown"
