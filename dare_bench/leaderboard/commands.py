@@ -124,7 +124,9 @@ def register(app: typer.Typer) -> None:
             url = db if "://" in db else f"sqlite:///{db}"
         else:
             url = merged_database(bundles or [SHIPPED], None)["url"]
-        rows = winners_rows(url, scale=scale)
+        from dare_bench.pipeline.shared_bases import bundle_base_hashes
+
+        rows = winners_rows(url, scale=scale, shipped_bases=bundle_base_hashes(bundles or [SHIPPED]))
         if as_json:
             typer.echo(json.dumps(rows))
             return

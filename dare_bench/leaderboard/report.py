@@ -27,8 +27,9 @@ def _pm(mean: float, ci: float, sign: str = "") -> str:
     return f"{mean:{sign}.3f}" + (f" ± {ci:.3f}" if ci == ci else "")
 
 
-def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
-    """One row per backbone x task (x base group) of `leaderboard.data.winners_overview`, formatted for display."""
+def winners_rows(url: str, *, scale: str, shipped_bases: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """One row per backbone x task (x base group) of `leaderboard.data.winners_overview`, formatted for display.
+    `shipped_bases`: weight hashes of the bases a bundle carries (`pipeline.shared_bases`), flagged per row."""
     from dare_bench.leaderboard import data
 
     engine = data.open_reader(url)
@@ -58,7 +59,9 @@ def winners_rows(url: str, *, scale: str) -> list[dict[str, Any]]:
                      "vs base": _pm(top.vs_base, top.vs_base_ci95, "+") if top.vs_base == top.vs_base else "—",
                      "vs SFT control": control,
                      # not a table column: the footnote names it for rows split by base ("task @ hash")
-                     "base machine": machines.get(top.base, "") if top.base else ""})
+                     "base machine": machines.get(top.base, "") if top.base else "",
+                     # nor this: the footnote lists the rows any machine can extend from the very same base
+                     "base shipped": bool(top.base) and top.base in shipped_bases})
     engine.dispose()
     return rows
 
@@ -71,12 +74,15 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
     # a task measured on several bases is one row per base: say which CPU each base came from, since that is why
     bases = {r["task"].split(" @ ", 1)[1]: r.get("base machine") for r in rows if " @ " in r["task"]}
     where = "; ".join(f"{h} {m}" for h, m in sorted(bases.items()) if m)
+    shipped = ", ".join(f"{r['backbone']} {r['task']}" for r in rows if r.get("base shipped"))
     return (head + body + f"\n_Scale {scale}: mean final score over seeds ± 95 % CI; margin over the runner-up; "
             "vs base = final − the SFT base it started from; vs SFT control = final − a compute-matched SFT "
             "continuation from the same base. An entry with one run (no interval) competes only in a row where no "
             "entry has several._\n"
             + (f"\n_Rows \"task @ base\": the tiny SFT base's weight hash; a base's bits depend on the CPU's kernels, "
-               f"so each machine kind trains its own. The CPU of each base's first run: {where}._\n" if where else ""))
+               f"so each machine kind trains its own. The CPU of each base's first run: {where}._\n" if where else "")
+            + (f"\n_Rows whose SFT base ships in the bundle (`dare-bench ingest dare_bench/results --db grid.db` "
+               f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else ""))
 
 
 def write_image(rows: list[dict[str, Any]], path: Path, title: str) -> None:

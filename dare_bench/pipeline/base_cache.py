@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from dare_bench.fileio import atomic_directory, atomic_write_json, dare_bench_home
@@ -234,6 +235,45 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     return model, directory, False
 
 
+def base_weights_hash(directory) -> str:
+    """A base directory's weight hash, verified: `base.json` must record an identity whose hash is the hash of the
+    weights under `model/`, and the directory's name must end in the digest of `base.json`'s recipe key (the name
+    `build_base` looks it up by). A DataError names the directory otherwise. How a shared base (a bundle's
+    `bases/`) is checked before it enters a cache."""
+    from dare_bench.errors import DataError
+    from dare_bench.models import load_pretrained
+
+    directory = Path(directory)
+    try:
+        record = json.loads((directory / "base.json").read_text())
+        recorded, key = record["identity"]["weights_sha256"], record["key"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"base {directory}: no readable base.json with a recorded identity ({e})") from None
+    if not directory.name.endswith(f"-{_hash(key)[:16]}"):
+        raise DataError(f"base {directory}: its name does not end in the digest of its recipe key "
+                        f"({_hash(key)[:16]}); renamed or edited")
+    try:
+        actual = weights_sha256(load_pretrained(directory / "model"))
+    except Exception as e:  # a missing / truncated / foreign weights file: one line naming the base
+        raise DataError(f"base {directory}: its weights do not load ({type(e).__name__}: {e})") from None
+    if actual != recorded:
+        raise DataError(f"base {directory}: its weights hash to {actual[:12]}, base.json records {recorded[:12]}; "
+                        "edited or corrupt")
+    return actual
+
+
+def cached_bases(home: Path | None = None) -> dict[str, Path]:
+    """Weight hash -> directory of every cached tiny / micro base that records its identity."""
+    out: dict[str, Path] = {}
+    for record_path in sorted(((home or dare_bench_home()) / "bases").glob("*/base.json")):
+        try:
+            sha = json.loads(record_path.read_text())["identity"]["weights_sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a base cached before identities were recorded: no hash to share it by
+        out.setdefault(sha, record_path.parent)
+    return out
+
+
 def base_identity(directory, model) -> dict[str, Any]:
     """The base's identity for the run record: its weight hash and how its step was chosen (`base.json`; a base
     cached before identities were recorded gets its hash computed now, rule "fixed")."""
@@ -244,5 +284,5 @@ def base_identity(directory, model) -> dict[str, Any]:
             "selection": {"rule": "fixed", "step": record["key"]["recipe"].get("start_step")}}
 
 
-__all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "build_base", "check_held_out", "drop_overlong",
-           "load_base", "select_by_target", "validation_items", "weights_sha256"]
+__all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "base_weights_hash", "build_base", "cached_bases",
+           "check_held_out", "drop_overlong", "load_base", "select_by_target", "validation_items", "weights_sha256"]

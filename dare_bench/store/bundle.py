@@ -14,6 +14,9 @@ File names: `<reproduction>.<scale>.seed<seed>.<run uid>.json.gz`, so re-exporti
 are gzip-compressed JSON (a tiny run's per-item samples are ~0.5 MB of JSON, ~9x less compressed; `zcat` reads them),
 written byte-reproducibly (no timestamp in the gzip header) and atomically. `ingest` reads `.json` and `.json.gz`
 alike, recomputes every record's config hash and refuses a tampered one.
+
+A bundle may also carry the SFT bases its runs started from, in `bases/` (never read as result files):
+`pipeline/shared_bases.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dare_bench.errors import DataError
-from dare_bench.store.records import result_files
+from dare_bench.store.records import BASES_DIR, result_files
 
 #: the CPU-scale comparison shipped with the package (result files; may be empty)
 SHIPPED = Path(__file__).resolve().parent.parent / "results"
@@ -38,14 +41,9 @@ def bundle_files(directory: str | Path) -> list[Path]:
     return result_files(directory)
 
 
-def export_bundle(store, directory: str | Path, *, scale: str | None = None, backbone: str | None = None,
-                  reproduction: str | None = None) -> list[Path]:
-    """Write every finished run matching the filters (`reproduction`: a glob) as a result file under `directory`.
-    A selection that matches nothing is a DataError (nothing written)."""
-    import gzip
-
-    from dare_bench.fileio import atomic_write_bytes
-
+def bundle_runs(store, *, scale: str | None = None, backbone: str | None = None,
+                reproduction: str | None = None) -> list[dict[str, Any]]:
+    """The finished runs a bundle of these filters holds (`reproduction`: a glob); none is a DataError."""
     runs = [r for r in store.latest_runs(scale=scale, status="finished", limit=None)
             if (backbone is None or r["backbone"] == backbone)
             and (reproduction is None or fnmatch.fnmatchcase(r["reproduction"], reproduction))]
@@ -53,6 +51,19 @@ def export_bundle(store, directory: str | Path, *, scale: str | None = None, bac
         asked = ", ".join(f"{k} {v}" for k, v in (("scale", scale), ("backbone", backbone),
                                                    ("reproduction", reproduction)) if v) or "any"
         raise DataError(f"no finished runs in {store.url} match ({asked}): nothing to export")
+    return runs
+
+
+def export_bundle(store, directory: str | Path, *, scale: str | None = None, backbone: str | None = None,
+                  reproduction: str | None = None) -> list[Path]:
+    """Write every finished run matching the filters (`bundle_runs`) as a result file under `directory`. A
+    selection that matches nothing is a DataError (nothing written). The SFT bases the runs started from go beside
+    them with `pipeline.shared_bases.write_bases` (`export --bundle --bases`)."""
+    import gzip
+
+    from dare_bench.fileio import atomic_write_bytes
+
+    runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction)
     directory = Path(directory)
     files = [(directory / f"{r['reproduction']}.{r['scale']}.seed{r['seed']}.{r['uid']}.json.gz",
               store.result_file(r["id"])) for r in sorted(runs, key=lambda r: r["id"])]  # all built before writing
@@ -109,4 +120,4 @@ def merged_database(bundles: list[str | Path], user_db: str | None, *, home: Pat
     return {"url": f"sqlite:///{target}", "bundle_runs": len(files), "user_runs": len(user_ids)}
 
 
-__all__ = ["SHIPPED", "bundle_files", "export_bundle", "merged_database"]
+__all__ = ["BASES_DIR", "SHIPPED", "bundle_files", "bundle_runs", "export_bundle", "merged_database"]

@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
         backbone: Optional[str] = typer.Option(None, "--backbone", help="--bundle: only runs of this backbone."),
         reproduction: Optional[str] = typer.Option(None, "--reproduction", help="--bundle: only reproductions "
                                                    "matching this glob, e.g. 'd1-*-sudoku'."),
+        bases: bool = typer.Option(False, "--bases", help="--bundle: also write the tiny / micro SFT bases the "
+                                   "runs started from (from this machine's base cache, to <bundle>/bases/), so that "
+                                   "whoever ingests the bundle extends these runs from the same weights."),
         what: str = typer.Option("evaluations", "--what", help="evaluations (one row per evaluation, with its run) "
                                  "| reported (published scores, as last synced by `ingest`)"),
         output: Optional[Path] = typer.Option(
@@ -101,13 +104,20 @@ def register(app: typer.Typer) -> None:
 
         if (fmt is None) == (bundle is None):
             raise ConfigError("give exactly one of --format csv|json (a table) or --bundle DIR (result files)")
-        if bundle is None and (scale or backbone or reproduction):
-            raise ConfigError("--scale / --backbone / --reproduction select the runs of a --bundle")
+        if bundle is None and (scale or backbone or reproduction or bases):
+            raise ConfigError("--scale / --backbone / --reproduction / --bases select what a --bundle holds")
         if bundle is not None:
-            from dare_bench.store.bundle import export_bundle
+            from dare_bench.pipeline.shared_bases import bases_of_runs, write_bases
+            from dare_bench.store.bundle import bundle_runs, export_bundle
 
-            paths = export_bundle(Store(db), bundle, scale=scale, backbone=backbone, reproduction=reproduction)
-            typer.echo(f"wrote {len(paths)} result file(s) to {bundle} (load them with `dare-bench ingest {bundle}`)")
+            store = Store(db)
+            # the bases are found before anything is written: a base missing here writes nothing
+            base_dirs = bases_of_runs(bundle_runs(store, scale=scale, backbone=backbone,
+                                                  reproduction=reproduction)) if bases else []
+            paths = export_bundle(store, bundle, scale=scale, backbone=backbone, reproduction=reproduction)
+            shared = f" and {len(write_bases(base_dirs, bundle))} SFT base(s)" if bases else ""
+            typer.echo(f"wrote {len(paths)} result file(s){shared} to {bundle} (load them with "
+                       f"`dare-bench ingest {bundle}`)")
             return
         if fmt not in ("csv", "json"):
             raise ConfigError(f"--format must be csv or json, not {fmt!r}")
@@ -150,13 +160,23 @@ def register(app: typer.Typer) -> None:
         db: Optional[str] = DB_OPTION,
         sync_reported: bool = typer.Option(True, help="Also refresh reported scores from the registry."),
     ) -> None:
-        """Load result files (dare_bench.store.write_result_file) of separate jobs (idempotent; all or nothing)."""
+        """Load result files (dare_bench.store.write_result_file) of separate jobs (idempotent; all or nothing).
+        A bundle's shared SFT bases (`export --bundle --bases`) are verified first and installed in the base cache."""
+        from dare_bench.pipeline.shared_bases import bundle_bases, install_bases
         from dare_bench.store import Store
 
+        shared = bundle_bases(path)  # verified before anything is written: an edited base refuses the ingest
         store = Store(db)
         counts = store.ingest(path)
         msg = (f"ingested {counts['files']} file(s): {counts['runs']} new run(s), {counts['evaluations']} new "
                f"evaluation(s), {counts['metrics']} metric step(s); {counts['skipped_evaluations']} already present")
+        if shared:
+            placed = install_bases(shared)
+            msg += (f"; bases: {len(placed['installed'])} installed in the base cache, {len(placed['present'])} "
+                    "already there")
+            if placed["kept"]:
+                msg += (f", {len(placed['kept'])} not installed because this cache holds another base of the same "
+                        f"recipe ({', '.join(placed['kept'])}: your own, kept)")
         if sync_reported:
             from dare_bench.registry import load_registry
 

@@ -151,11 +151,17 @@ def read_result_file(path: str | Path) -> ResultFile:
         raise DataError(f"{path}: invalid result file at {loc}: {err['msg']}{more}") from None
 
 
+#: a bundle's subdirectory of shared tiny / micro SFT bases (`export --bundle --bases`): weights and their JSON
+#: records, never read as result files
+BASES_DIR = "bases"
+
+
 def result_files(directory: str | Path) -> list[Path]:
     """Every result file (`RESULT_SUFFIXES`) under `directory`, recursively, in path order; hidden files skipped
-    (an interrupted atomic write leaves a hidden temporary)."""
-    return sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.startswith(".")
-                  and p.name.endswith(RESULT_SUFFIXES))
+    (an interrupted atomic write leaves a hidden temporary), and so is a bundle's `bases/` subdirectory."""
+    root = Path(directory)
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")
+                  and p.name.endswith(RESULT_SUFFIXES) and BASES_DIR not in p.relative_to(root).parts[:-1])
 
 
 def check_integrity(result: ResultFile, path: str | Path) -> None:

@@ -78,6 +78,32 @@ def test_a_task_on_two_bases_names_the_cpu_each_base_came_from(tmp_path):
     assert "The CPU of each base" not in markdown_table(one_base, "micro")
 
 
+def test_rows_whose_base_ships_in_the_bundle_are_named(tmp_path):
+    import json
+
+    from dare_bench.pipeline.shared_bases import bundle_base_hashes
+    from dare_bench.store import Store
+
+    from lb_helpers import add_run
+
+    url = f"sqlite:///{tmp_path / 'shipped.db'}"
+    store = Store(url)
+    for seed in (0, 1):
+        add_run(store, "d1", 0.5 + 0.1 * seed, seed=seed, base_sha="a" * 64)
+        add_run(store, "d1", 0.4, seed=seed, backbone="dream", base_sha="c" * 64)
+    store.close()
+    record = tmp_path / "bundle" / "bases" / "llada-sudoku-micro-0123456789abcdef" / "base.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"key": {}, "identity": {"weights_sha256": "a" * 64}}))
+    shipped = bundle_base_hashes([tmp_path / "bundle"])
+    assert shipped == {"a" * 64}
+    rows = winners_rows(url, scale="micro", shipped_bases=shipped)
+    assert {(r["backbone"], r["base shipped"]) for r in rows} == {("llada", True), ("dream", False)}
+    assert markdown_table(rows, "micro").rstrip().endswith("runs from it on any machine join the row): "
+                                                           "llada sudoku._")
+    assert "ships in the bundle" not in markdown_table(winners_rows(url, scale="micro"), "micro")
+
+
 def test_a_readme_without_the_markers_is_one_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no block\n")

@@ -124,7 +124,7 @@ def test_cli_export_bundle_and_its_bad_input(tmp_path):
     both = runner.invoke(app, ["export", "--bundle", str(tmp_path / "c"), "--format", "csv", "--db", db])
     assert both.exit_code != 0 and "exactly one of --format" in str(both.exception)
     stray = runner.invoke(app, ["export", "--format", "csv", "--scale", "tiny", "--db", db])
-    assert stray.exit_code != 0 and "select the runs of a --bundle" in str(stray.exception)
+    assert stray.exit_code != 0 and "select what a --bundle holds" in str(stray.exception)
 
 
 def test_a_fresh_install_shows_the_bundle_alone(tmp_path, monkeypatch):
