@@ -17,6 +17,9 @@ mean ± 95% CI. `--json` prints {"cells": [...], "summary": {...}}; `--dry-run` 
 decision (run, resume, skip) and its `reproduce --dry-run` plan, and writes nothing. `--controls`: every RL run's
 compute-matched SFT control (`reproduce --control`), run after all the RL runs, smallest budget first: the controls
 of one base and seed are one SFT trajectory, each continuing where the one before it stopped (pipeline/control.py).
+Before any compute, a row whose finished runs in the store all started from bases this machine's cache lacks gets a
+note: the base trained here follows this CPU's kernels, so its runs would likely form a group of their own
+(`foreign_base_notes`; a bundle that ships the base, `export --bundle --bases`, avoids it).
 
     dare-bench sweep --scale tiny --backbone llada --task sudoku --jobs 2          # every algorithm x 3 seeds
     dare-bench sweep '*-llada-sudoku' --scale micro --jobs 2 --json
@@ -339,6 +342,8 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
     url = resolve_url(db)
     todo = [c for c in cells if c.status == "pending"]
     _decide(todo, url, force=force, dry_run=dry_run, controls=controls)
+    for note in foreign_base_notes([c for c in todo if c.action != "skip"], url):
+        log(note)
     todo = controls_by_budget(todo)
     if dry_run:
         _dry_run_plans(todo, overrides=overrides, device=device)
@@ -382,6 +387,44 @@ def run_sweep(patterns: list[str] | None = None, *, scale: str | None = None, ba
         if bar is not None:
             bar.close()
     return cells
+
+
+def foreign_base_notes(cells: list[Cell], url: str) -> list[str]:
+    """One line per base group the cells will train or use whose finished runs in the store all started from bases
+    this machine's cache does not hold. The first cell then trains the base here, and its bits follow this CPU's
+    kernels: unless this machine reproduces them, its runs form a new group beside the store's (the leaderboard
+    groups runs by base). Said before any compute is spent; a bundle that ships the base (`export --bases`) fixes it.
+    A store that does not exist yet has no runs to compare with."""
+    from dare_bench.pipeline.base_cache import cached_bases
+    from dare_bench.store import Store
+
+    groups: dict[tuple, Cell] = {}
+    for cell in cells:
+        group = base_group(cell.cfg)
+        if group is not None:
+            groups.setdefault(group, cell)
+    if not groups or (url.startswith("sqlite") and not _sqlite_file(url).exists()):
+        return []
+    cached = set(cached_bases())
+    store = Store(url)
+    try:
+        runs = [r for r in store.latest_runs(status="finished", limit=None) if r.get("base_sha256")]
+    finally:
+        store.close()
+    notes = []
+    for (backbone, task, scale, preset, recipe), cell in groups.items():
+        theirs = sorted({r["base_sha256"] for r in runs
+                         if (r["backbone"], r["task"], r["scale"]) == (backbone, task, scale)
+                         and r["config"]["profile"]["model"]["preset"] == preset
+                         and json.dumps(r["config"]["profile"]["base"], sort_keys=True)
+                         == json.dumps(json.loads(recipe), sort_keys=True)})
+        if theirs and not cached.intersection(theirs):
+            notes.append(f"note: {backbone} x {task} ({scale}): the store's runs started from base "
+                         f"{', '.join(h[:8] for h in theirs)}, which this machine's base cache does not hold; "
+                         f"{cell.name} seed {cell.seed} trains a base here, and unless this CPU reproduces its bits, "
+                         "the new runs form a group of their own. To extend the store's group, ingest a bundle that "
+                         "ships its base (`dare-bench export --bundle DIR --bases` on the machine that has it).")
+    return notes
 
 
 def _is_rl(cell: Cell) -> bool:
@@ -668,5 +711,5 @@ def table_lines(cells: list[Cell]) -> list[str]:
 
 
 __all__ = ["Cell", "EXECUTORS", "LocalWorkers", "SubmititWorkers", "base_group", "cell_command", "cell_environment",
-           "control_trajectory", "outcome", "parse_seeds", "plan_grid", "run_logged", "run_sweep", "select_entries",
-           "sweep_summary", "table_lines"]
+           "control_trajectory", "foreign_base_notes", "outcome", "parse_seeds", "plan_grid", "run_logged",
+           "run_sweep", "select_entries", "sweep_summary", "table_lines"]

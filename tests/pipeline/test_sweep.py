@@ -531,3 +531,34 @@ def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, m
     assert [(c.status, c.final, c.control) for c in cells] == [("finished", 0.5, 0.4)] * 3 + [
         ("finished", 0.5, 0.3)]  # wd1's RL run ran in this sweep; its control is the other sweep's
     assert all(c.wall_seconds >= 10.0 for c in cells[:3])  # the RL run's time and its control's
+
+
+def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path, monkeypatch):
+    """The store's runs of a row started from a base this cache lacks: the sweep says, before training one, that its
+    runs would form a new group (a tiny base's bits follow the CPU); with that base cached, it says nothing."""
+    import json as _json
+
+    from dare_bench.pipeline.plan import resolve
+
+    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    store = Store(url)
+    _, cfg = resolve("d1-llada-sudoku", "micro")
+    run_id = store.start_run(cfg, seed=0)
+    store.finish_run(run_id, [], base={"weights_sha256": "ab" * 32, "selection": {"rule": "fixed", "step": 40}})
+    store.close()
+    logs: list[str] = []
+    cells = sweep.run_sweep(["d1-llada-sudoku", "sft-llada-sudoku"], scale="micro", seeds=[1], db=url, dry_run=True,
+                            progress=False, log=logs.append)
+    notes = [line for line in logs if line.startswith("note:")]
+    assert len(notes) == 1 and "llada x sudoku (micro): the store's runs started from base abababab" in notes[0]
+    assert "d1-llada-sudoku seed 1 trains a base here" in notes[0] and "--bases" in notes[0]
+    assert all(c.action == "run" for c in cells)
+
+    cached = tmp_path / "home" / "bases" / "llada-sudoku-micro-0123456789abcdef"
+    cached.mkdir(parents=True)
+    (cached / "base.json").write_text(_json.dumps({"key": {}, "identity": {"weights_sha256": "ab" * 32}}))
+    logs.clear()
+    sweep.run_sweep(["d1-llada-sudoku"], scale="micro", seeds=[1], db=url, dry_run=True, progress=False,
+                    log=logs.append)
+    assert not [line for line in logs if line.startswith("note:")]
