@@ -299,16 +299,19 @@ def task_winners(cells: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def base_machines(engine: Engine, *, scale: str) -> dict[str, str]:
-    """Per tiny base (full weight hash): the CPU of the first run that started from it, e.g. "AMD EPYC (AuthenticAMD
-    family 25 model 1 stepping 1, AVX2)". A base's bits depend on the CPU's kernels, so this says why a task has
-    several bases (`winners`' "task @ hash" groups). Records made before the family / ISA were kept give the name."""
+    """Per tiny base (full weight hash): the CPU that trained it, e.g. "AMD EPYC (AuthenticAMD family 25 model 1
+    stepping 1, AVX2)". A base's bits depend on the CPU's kernels, so this says why a task has several bases
+    (`winners`' "task @ hash" groups). The base's identity names that CPU (`trained_on`); a base recorded before it
+    did gets the CPU of its earliest run, and a record made before the family / ISA were kept gives the name."""
     sql = """
-        SELECT base_sha256 AS base, hardware_json AS hardware FROM runs
-        WHERE id IN (SELECT MIN(id) FROM runs WHERE scale = :scale AND base_sha256 IS NOT NULL GROUP BY base_sha256)
+        SELECT base_sha256 AS base, base_json AS identity, hardware_json AS hardware FROM runs
+        WHERE scale = :scale AND base_sha256 IS NOT NULL ORDER BY started_at, id
     """
-    machines = {}
+    machines: dict[str, str] = {}
     for row in _df(engine, sql, scale=scale).itertuples():
-        hw = json.loads(row.hardware or "{}")
+        if row.base in machines:
+            continue  # a later run of the same base: possibly another machine that used a shared base
+        hw = json.loads(row.identity or "{}").get("trained_on") or json.loads(row.hardware or "{}")
         detail = ", ".join(str(hw[k]) for k in ("cpu_id", "cpu_isa") if hw.get(k))
         machines[row.base] = str(hw.get("cpu") or "unknown CPU") + (f" ({detail})" if detail else "")
     return machines

@@ -80,7 +80,7 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
             "continuation from the same base. An entry with one run (no interval) competes only in a row where no "
             "entry has several._\n"
             + (f"\n_Rows \"task @ base\": the tiny SFT base's weight hash; a base's bits depend on the CPU's kernels, "
-               f"so each machine kind trains its own. The CPU of each base's first run: {where}._\n" if where else "")
+               f"so each machine kind trains its own. The CPU that trained each base: {where}._\n" if where else "")
             + (f"\n_Rows whose SFT base ships in the bundle (`dare-bench ingest dare_bench/results --db grid.db` "
                f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else ""))
 

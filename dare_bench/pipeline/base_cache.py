@@ -226,13 +226,22 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
         raise DataError(f"base: the validation {cfg.profile.eval.metric} never reached base.target.value "
                         f"{base.target.value:g} by step {base.target.max_steps} (best {best:.3f} at step {best_step}); "
                         "lower base.target.value or raise base.target.max_steps")
-    identity = {"weights_sha256": weights_sha256(model), "selection": selection}
+    identity = {"weights_sha256": weights_sha256(model), "selection": selection, "trained_on": _training_machine()}
     with atomic_directory(directory) as tmp:
         model.save_pretrained(tmp / "model", tokenizer=tokenizer)
         atomic_write_json(tmp / "base.json", {"key": key, "identity": identity, "losses": result.losses,
                                               "seconds": result.seconds})
     model.name_or_path = str(model_dir)  # LoRA adapters record it as their base
     return model, directory, False
+
+
+def _training_machine() -> dict[str, Any]:
+    """What fixes a tiny base's bits, kept with its identity: a shared base (pipeline/shared_bases.py) is used on
+    other machines, whose run records name theirs, not the one that trained it."""
+    from dare_bench.store.environment import hardware
+
+    info = hardware()
+    return {k: info[k] for k in ("cpu", "cpu_id", "cpu_isa", "torch_threads") if k in info}
 
 
 def base_weights_hash(directory) -> str:

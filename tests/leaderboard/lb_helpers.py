@@ -42,7 +42,8 @@ def evaluation(task: str, value: float, checkpoint: str, *, n_samples: int = 0, 
 def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llada", task: str = "sudoku",
             scale: str = "micro", seed: int = 0, steps: int = 4, modified: bool = False, n_samples: int = 4,
             base: float = 0.1, base_sha: str | None = None, mc_samples: int | None = None,
-            overrides: list[str] | None = None, num_t: int | None = None, hardware: dict | None = None) -> int:
+            overrides: list[str] | None = None, num_t: int | None = None, hardware: dict | None = None,
+            trained_on: dict | None = None) -> int:
     cfg = config(algorithm, backbone, task, scale, modified=modified, mc_samples=mc_samples, overrides=overrides,
                  num_t=num_t)
     run_id = store.start_run(cfg, seed=seed,
@@ -54,6 +55,8 @@ def add_run(store: Store, algorithm: str, final: float, *, backbone: str = "llad
             "stage_seconds": {"rollout": 2.0, "update": 1.0},
         })
     identity = {"weights_sha256": base_sha, "selection": {"rule": "target", "step": 100}} if base_sha else None
+    if identity and trained_on:
+        identity["trained_on"] = trained_on  # the CPU that trained the base, as base_cache records it
     store.finish_run(run_id, [evaluation(task, base, "base"),
                               evaluation(task, final, "final", n_samples=n_samples, step=steps)], base=identity)
     return run_id

@@ -71,11 +71,34 @@ def test_a_task_on_two_bases_names_the_cpu_each_base_came_from(tmp_path):
         "AMD EPYC (AuthenticAMD family 25 model 1 stepping 1, AVX2)"
     assert by_task[("llada", "sudoku @ bbbbbbbb")]["base machine"] == "Intel(R) Xeon(R) Processor"
     table = markdown_table(rows, "micro")
-    assert table.rstrip().endswith("The CPU of each base's first run: aaaaaaaa AMD EPYC (AuthenticAMD family 25 "
+    assert table.rstrip().endswith("The CPU that trained each base: aaaaaaaa AMD EPYC (AuthenticAMD family 25 "
                                    "model 1 stepping 1, AVX2); bbbbbbbb Intel(R) Xeon(R) Processor._")
     assert "cccccccc" not in table
     one_base = [r for r in rows if r["backbone"] == "dream"]
-    assert "The CPU of each base" not in markdown_table(one_base, "micro")
+    assert "The CPU that trained each base" not in markdown_table(one_base, "micro")
+
+
+def test_a_shared_base_is_named_by_the_cpu_that_trained_it_not_by_a_later_run(tmp_path):
+    """A base shipped in a bundle is used on other machines: its identity's `trained_on` names the CPU, whatever
+    the order of the runs in the store."""
+    from dare_bench.leaderboard import data
+    from dare_bench.store import Store
+
+    from lb_helpers import add_run
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    store = Store(url)
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_isa": "AVX512"}
+    epyc = {"cpu": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 1 stepping 1", "cpu_isa": "AVX2"}
+    add_run(store, "d1", 0.5, seed=0, base_sha="d" * 64, hardware=xeon, trained_on=epyc)  # ingested first
+    add_run(store, "d1", 0.6, seed=1, base_sha="d" * 64, hardware=epyc, trained_on=epyc)
+    add_run(store, "d1", 0.4, seed=0, backbone="dream", base_sha="e" * 64, hardware=xeon)  # an older record
+    store.close()
+    engine = data.open_reader(url)
+    machines = data.base_machines(engine, scale="micro")
+    engine.dispose()
+    assert machines["d" * 64] == "AMD EPYC (AuthenticAMD family 25 model 1 stepping 1, AVX2)"
+    assert machines["e" * 64] == "Intel(R) Xeon(R) Processor (AVX512)"
 
 
 def test_rows_whose_base_ships_in_the_bundle_are_named(tmp_path):
