@@ -30,7 +30,7 @@ from typing import Any
 
 from dare_bench.errors import DataError
 from dare_bench.fileio import atomic_directory, dare_bench_home
-from dare_bench.pipeline.base_cache import base_weights_hash, cached_bases
+from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, base_weights_hash, cached_bases
 from dare_bench.store.records import BASES_DIR
 
 
@@ -88,11 +88,15 @@ def bundle_base_hashes(bundles: list[str | Path]) -> set[str]:
 
 def install_bases(bases: list[tuple[Path, str]], home: Path | None = None) -> dict[str, list[str]]:
     """Copy verified bundle bases into the base cache. A base already cached is left alone; so is a different base
-    cached under the same recipe (this machine's own: `kept`). Returns {"installed", "present", "kept"}: names."""
+    cached under the same recipe (this machine's own: `kept`), and one trained by another `BASE_RECIPE_VERSION`
+    (`stale`: this dare-bench would never look it up). Returns {"installed", "present", "kept", "stale"}: names."""
     root = (home or dare_bench_home()) / "bases"
-    out: dict[str, list[str]] = {"installed": [], "present": [], "kept": []}
+    out: dict[str, list[str]] = {"installed": [], "present": [], "kept": [], "stale": []}
     for src, sha in bases:
         dest = root / src.name
+        if json.loads((src / "base.json").read_text())["key"].get("version") != BASE_RECIPE_VERSION:
+            out["stale"].append(src.name)  # built by other base-training code: no recipe of this dare-bench finds it
+            continue
         if (dest / "base.json").exists():
             try:
                 mine = json.loads((dest / "base.json").read_text())["identity"]["weights_sha256"]

@@ -177,6 +177,9 @@ def register(app: typer.Typer) -> None:
             if placed["kept"]:
                 msg += (f", {len(placed['kept'])} not installed because this cache holds another base of the same "
                         f"recipe ({', '.join(placed['kept'])}: your own, kept)")
+            if placed["stale"]:
+                msg += (f", {len(placed['stale'])} not installed because another version of dare-bench's base "
+                        f"training built them ({', '.join(placed['stale'])})")
         if sync_reported:
             from dare_bench.registry import load_registry
 

@@ -83,7 +83,7 @@ def test_a_different_cached_base_of_the_same_recipe_is_kept(published, tmp_path)
     record["identity"]["weights_sha256"] = "f" * 64  # stands for a base this machine trained itself
     (mine / "base.json").write_text(json.dumps(record))
     placed = install_bases(bundle_bases(bundle), home=tmp_path)
-    assert placed == {"installed": [], "present": [], "kept": [base.name]}
+    assert placed == {"installed": [], "present": [], "kept": [base.name], "stale": []}
     assert json.loads((mine / "base.json").read_text())["identity"]["weights_sha256"] == "f" * 64
 
 
@@ -130,3 +130,14 @@ def test_export_of_a_base_not_in_this_cache_writes_nothing(published, tmp_path, 
     assert not (tmp_path / "plain" / BASES_DIR).exists()
     out = runner.invoke(app, ["export", "--format", "csv", "--bases", "--db", f"sqlite:///{tmp_path / 'src.db'}"])
     assert out.exit_code != 0 and "select what a --bundle holds" in str(out.exception)
+
+
+def test_a_base_of_another_base_training_version_is_not_installed(published, tmp_path, monkeypatch):
+    from dare_bench.pipeline import shared_bases
+
+    bundle, _, _ = published
+    monkeypatch.setattr(shared_bases, "BASE_RECIPE_VERSION", shared_bases.BASE_RECIPE_VERSION + 1)
+    (base,) = (bundle / BASES_DIR).iterdir()
+    placed = install_bases(bundle_bases(bundle), home=tmp_path)
+    assert placed == {"installed": [], "present": [], "kept": [], "stale": [base.name]}
+    assert not (tmp_path / "bases").exists()
