@@ -19,10 +19,11 @@ runner = CliRunner()
 
 def test_the_readme_block_is_the_shipped_bundles_table(tmp_path, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path))
+    from dare_bench.pipeline.shared_bases import bundle_base_hashes
     from dare_bench.store.bundle import SHIPPED, merged_database
 
     url = merged_database([SHIPPED], None)["url"]
-    expected = markdown_table(winners_rows(url, scale="tiny"), "tiny")
+    expected = markdown_table(winners_rows(url, scale="tiny", shipped_bases=bundle_base_hashes([SHIPPED])), "tiny")
     readme = (REPO / "README.md").read_text()
     block = readme.split(START, 1)[1].split(END, 1)[0]
     assert block.endswith(expected), "README winners block is stale: run `dare-bench winners --readme README.md " \
