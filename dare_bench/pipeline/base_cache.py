@@ -271,15 +271,22 @@ def base_weights_hash(directory) -> str:
     return actual
 
 
+def recorded_weights_hash(directory) -> str | None:
+    """The weight hash a base directory's `base.json` records, unverified; None where it records none (a base
+    cached before identities were recorded, or no readable base.json)."""
+    try:
+        return json.loads((Path(directory) / "base.json").read_text())["identity"]["weights_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def cached_bases(home: Path | None = None) -> dict[str, Path]:
     """Weight hash -> directory of every cached tiny / micro base that records its identity."""
     out: dict[str, Path] = {}
     for record_path in sorted(((home or dare_bench_home()) / "bases").glob("*/base.json")):
-        try:
-            sha = json.loads(record_path.read_text())["identity"]["weights_sha256"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a base cached before identities were recorded: no hash to share it by
-        out.setdefault(sha, record_path.parent)
+        sha = recorded_weights_hash(record_path.parent)
+        if sha is not None:  # without a recorded hash there is nothing to share the base by
+            out.setdefault(sha, record_path.parent)
     return out
 
 
@@ -294,4 +301,5 @@ def base_identity(directory, model) -> dict[str, Any]:
 
 
 __all__ = ["BASE_RECIPE_VERSION", "base_identity", "base_sft_setup", "base_weights_hash", "build_base", "cached_bases",
-           "check_held_out", "drop_overlong", "load_base", "select_by_target", "validation_items", "weights_sha256"]
+           "check_held_out", "drop_overlong", "load_base", "recorded_weights_hash", "select_by_target",
+           "validation_items", "weights_sha256"]

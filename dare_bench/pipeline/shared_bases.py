@@ -30,7 +30,7 @@ from typing import Any
 
 from dare_bench.errors import DataError
 from dare_bench.fileio import atomic_directory, dare_bench_home
-from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, base_weights_hash, cached_bases
+from dare_bench.pipeline.base_cache import BASE_RECIPE_VERSION, base_weights_hash, cached_bases, recorded_weights_hash
 from dare_bench.store.records import BASES_DIR
 
 
@@ -76,14 +76,9 @@ def bundle_bases(bundle: str | Path) -> list[tuple[Path, str]]:
 def bundle_base_hashes(bundles: list[str | Path]) -> set[str]:
     """The weight hashes of the bases the bundles carry, as their base.json records them (not verified: what a
     report says ships; `bundle_bases` verifies before installing)."""
-    out = set()
-    for bundle in bundles:
-        for record in sorted(Path(bundle).rglob(f"{BASES_DIR}/*/base.json")) if Path(bundle).is_dir() else []:
-            try:
-                out.add(json.loads(record.read_text())["identity"]["weights_sha256"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # not a base record: `ingest` names it when it verifies the bundle
-    return out
+    hashes = {recorded_weights_hash(record.parent) for bundle in map(Path, bundles) if bundle.is_dir()
+              for record in bundle.rglob(f"{BASES_DIR}/*/base.json")}
+    return hashes - {None}  # an unreadable record: `ingest` names it when it verifies the bundle
 
 
 def install_bases(bases: list[tuple[Path, str]], home: Path | None = None) -> dict[str, list[str]]:
@@ -97,12 +92,8 @@ def install_bases(bases: list[tuple[Path, str]], home: Path | None = None) -> di
         if json.loads((src / "base.json").read_text())["key"].get("version") != BASE_RECIPE_VERSION:
             out["stale"].append(src.name)  # built by other base-training code: no recipe of this dare-bench finds it
             continue
-        if (dest / "base.json").exists():
-            try:
-                mine = json.loads((dest / "base.json").read_text())["identity"]["weights_sha256"]
-            except (OSError, ValueError, KeyError, TypeError):
-                mine = None  # cached before identities were recorded: this machine's own
-            out["present" if mine == sha else "kept"].append(src.name)
+        if (dest / "base.json").exists():  # no recorded hash: cached before identities were, this machine's own
+            out["present" if recorded_weights_hash(dest) == sha else "kept"].append(src.name)
             continue
         _copy_base(src, dest)
         out["installed"].append(src.name)

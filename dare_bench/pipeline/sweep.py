@@ -413,11 +413,11 @@ def foreign_base_notes(cells: list[Cell], url: str) -> list[str]:
         store.close()
     notes = []
     for (backbone, task, scale, preset, recipe), cell in groups.items():
+        recipe = json.loads(recipe)
         theirs = sorted({r["base_sha256"] for r in runs
                          if (r["backbone"], r["task"], r["scale"]) == (backbone, task, scale)
                          and r["config"]["profile"]["model"]["preset"] == preset
-                         and json.dumps(r["config"]["profile"]["base"], sort_keys=True)
-                         == json.dumps(json.loads(recipe), sort_keys=True)})
+                         and r["config"]["profile"]["base"] == recipe})
         if theirs and not cached.intersection(theirs):
             notes.append(f"note: {backbone} x {task} ({scale}): the store's runs started from base "
                          f"{', '.join(h[:8] for h in theirs)}, which this machine's base cache does not hold; "
