@@ -189,10 +189,17 @@ def reproduce_seeds(name: str, scale: str | None = None, *, seeds: list[int] | N
 def previous_run(store, cfg, seed: int, common: dict, start: float,
                  control_of: str | None = None) -> ReproduceResult | None:
     """The skipped-run result when an identical run (same config hash and seed; a control: of the same RL run)
-    already finished (`reproduce` and `dare-bench sweep` skip it unless forced)."""
+    already finished (`reproduce` and `dare-bench sweep` skip it unless forced). At tiny / micro scale, identical
+    also means from the same base: a run that started from another base than the one this machine's cache holds
+    for the recipe (trained on another CPU kind) belongs to another leaderboard group, so this one runs."""
+    from dare_bench.pipeline.base_cache import cached_base_hash
+
     done = store.find_runs(config_hash=cfg.content_hash, seed=seed)
     if control_of is not None:
         done = [r for r in done if r.get("control_of") == control_of]
+    here = cached_base_hash(cfg) if done else None
+    if here is not None:  # a run recorded before bases had identities (no hash) still counts
+        done = [r for r in done if r.get("base_sha256") in (None, here)]
     if not done:
         return None
     prev = done[0]

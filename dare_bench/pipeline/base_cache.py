@@ -188,6 +188,18 @@ def select_by_target(cfg, model, tokenizer, task, val_items, log: Log):
     return after_step, selection
 
 
+def recipe_fields(cfg) -> dict[str, Any]:
+    """The base's cache key, less the tokenizer and data fingerprints (which need them loaded): what the config
+    itself says about the base."""
+    base = cfg.profile.base
+    return {
+        "version": BASE_RECIPE_VERSION, "preset": cfg.profile.model.preset, "task": cfg.task,
+        # the fixed-step rule keys as before `target` existed (its cached bases stay valid)
+        "recipe": base.model_dump(exclude={"target"} if base.target is None else set()),
+        "grader": cfg.grader, "answer_length": _answer_length(cfg),
+    }
+
+
 def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log: Log, progress: bool):
     """The shared SFT base of (backbone preset, task, scale recipe): trained once, then loaded from the cache.
     Returns (model, directory, cached); `base_identity(directory)` is what the run record keeps of it."""
@@ -196,13 +208,7 @@ def build_base(cfg, task, tokenizer, train_items, *, data_fingerprint: str, log:
     from dare_bench.trainers.sft import SFTRunOptions, train_sft
 
     base = cfg.profile.base
-    key = {
-        "version": BASE_RECIPE_VERSION, "preset": cfg.profile.model.preset, "task": cfg.task,
-        # the fixed-step rule keys as before `target` existed (its cached bases stay valid)
-        "recipe": base.model_dump(exclude={"target"} if base.target is None else set()),
-        "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint,
-        "grader": cfg.grader, "answer_length": _answer_length(cfg),
-    }
+    key = {**recipe_fields(cfg), "tokenizer": _tokenizer_fingerprint(tokenizer), "data": data_fingerprint}
     digest = _hash(key)[:16]
     directory = dare_bench_home() / "bases" / f"{cfg.backbone}-{cfg.task}-{cfg.scale}-{digest}"
     model_dir = directory / "model"
@@ -288,6 +294,27 @@ def cached_bases(home: Path | None = None) -> dict[str, Path]:
         if sha is not None:  # without a recorded hash there is nothing to share the base by
             out.setdefault(sha, record_path.parent)
     return out
+
+
+def cached_base_hash(cfg, home: Path | None = None) -> str | None:
+    """The weight hash of the base this machine's cache holds for `cfg`'s recipe (what its run would start from),
+    found without loading data or tokenizer: the cached `base.json` keys whose recipe fields match the config's.
+    None: nothing to build (paper scale), no such base cached, or several (task data that changed between them)."""
+    if cfg.profile.base is None or cfg.scale in ("paper", "official"):
+        return None
+    want = json.loads(json.dumps(recipe_fields(cfg), default=str))  # as base.json stores them
+    found = set()
+    bases = (home or dare_bench_home()) / "bases"
+    for record_path in bases.glob(f"{cfg.backbone}-{cfg.task}-{cfg.scale}-*/base.json"):
+        try:
+            key = json.loads(record_path.read_text())["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if all(key.get(field) == value for field, value in want.items()):
+            sha = recorded_weights_hash(record_path.parent)
+            if sha is not None:
+                found.add(sha)
+    return found.pop() if len(found) == 1 else None
 
 
 def base_identity(directory, model) -> dict[str, Any]:

@@ -14,6 +14,7 @@ meta-device model, the torchrun command); `local_plan` the tiny / micro dry run.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -154,13 +155,18 @@ def _check_threshold_samplers(cfg) -> None:
 
 def _run_meta_model(cfg):
     """The run's model on the meta device (its traits: mask id, attention kind, block size ...), from its real
-    config (paper) or tiny preset (tiny / micro): no weights."""
+    config (paper) or tiny preset (tiny / micro): no weights. Only read (traits, sampler checks), so shared."""
+    return _meta_model(cfg.profile.model.checkpoint, cfg.profile.model.preset)
+
+
+@functools.lru_cache(maxsize=32)
+def _meta_model(checkpoint: str | None, preset: str | None):
+    # building LLaDA2's 256-expert layers takes ~1 s even without weights; `list --runnable` plans every entry
     from dare_bench.models import from_config
     from dare_bench.models.presets import preset_config
     from dare_bench.models.real_configs import real_config
 
-    model = cfg.profile.model
-    config = real_config(model.checkpoint)[1] if model.preset is None else preset_config(model.preset)
+    config = real_config(checkpoint)[1] if preset is None else preset_config(preset)
     return from_config(config)
 
 

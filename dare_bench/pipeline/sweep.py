@@ -5,7 +5,9 @@ comma list) at one `--scale`, takes every seed the scale pins (or `--seeds`), an
 `dare-bench reproduce NAME --seed S --scale X --json --db URL` worker processes, `--jobs N` at a time, each on
 `--threads` threads (default 1: tiny models run as fast on one thread, and several OpenMP pools spinning on shared
 cores slow every run down many times), all writing one store. A cell whose identical run already finished is
-skipped (`pipeline.previous_run`, as `reproduce` skips it; `--force` runs it again); a cell whose last attempt in
+skipped (`pipeline.previous_run`, as `reproduce` skips it; `--force` runs it again); at tiny / micro scale identical
+includes the base: a finished run from another base than the one this machine's cache holds for the recipe (another
+CPU kind's) is in another leaderboard row, so the cell runs again here and says why; a cell whose last attempt in
 the store was interrupted (a killed worker, a crash, a Slurm time limit: its row failed, or running in a process
 that is gone) and left a checkpoint is resumed (`reproduce --resume`, from the run directory every attempt of that
 config and seed shares). Entries that cannot run here at that scale (no such
@@ -451,6 +453,7 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls
     import socket
 
     from dare_bench.pipeline import previous_run
+    from dare_bench.pipeline.base_cache import cached_base_hash
     from dare_bench.pipeline.context import run_directory
     from dare_bench.store import Store
     from dare_bench.trainers.checkpoint import latest_checkpoint
@@ -493,6 +496,11 @@ def _decide(cells: list[Cell], url: str, *, force: bool, dry_run: bool, controls
                     cell.status = "skipped"
                 continue
             rows = store.find_runs(config_hash=cfg.content_hash, seed=cell.seed, status=None)
+            elsewhere = [r for r in rows if r["status"] == "finished" and r.get("base_sha256")]
+            if elsewhere:  # previous_run passed over them: they started from another base than this cache's
+                cell.message = (f"its finished run {elsewhere[0]['id']} started from base "
+                                f"{elsewhere[0]['base_sha256'][:8]}, this machine's cached base is "
+                                f"{str(cached_base_hash(cfg))[:8]}: runs again here, in the row of this base")
             last = rows[0] if rows else None
             if last is not None and last["status"] == "running" and last["host"] == socket.gethostname():
                 cell.action, cell.run_id = "skip", last["id"]  # alive: mark_orphans_failed left it running

@@ -410,11 +410,21 @@ def split_names(value: str | Iterable[str] | None) -> list[str] | None:
 _CACHE: dict[str, tuple[tuple, Registry]] = {}
 
 
+def _yaml_stamp(directory: Path) -> tuple:
+    """Every YAML under `directory` with its mtime: the registry reloads when it changes. Checked on every
+    `load_registry`, so os.walk (twice as fast as Path.rglob on the ~400 entries)."""
+    found = []
+    for root, _, files in os.walk(directory):
+        found.extend((path, os.stat(path).st_mtime_ns) for path in (os.path.join(root, f) for f in files)
+                     if path.endswith(".yaml"))
+    return tuple(sorted(found))
+
+
 def load_registry(directory: str | Path | None = None) -> Registry:
     """The registry of `directory` (see module docstring), reloaded when any YAML under it changes."""
     d = Path(directory).expanduser() if directory is not None else default_directory()
     key = str(d.resolve())
-    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in d.rglob("*.yaml"))) if d.is_dir() else ()
+    stamp = _yaml_stamp(d) if d.is_dir() else ()
     hit = _CACHE.get(key)
     if hit and hit[0] == stamp:
         return hit[1]

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -460,11 +460,12 @@ def _insert_evaluation(s: Session, run: Run, ev: EvaluationRecord) -> Evaluation
     )
     s.add(row)
     s.flush()
-    s.add_all(
-        Sample(evaluation_id=row.id, idx=x.idx, item_id=x.item_id, prompt=x.prompt, completion=x.completion,
-               reference=x.reference, score=x.score, correct=x.correct, extra_json=_dumps(x.extra))
-        for x in ev.samples
-    )
+    if ev.samples:  # one executemany, not an ORM object per sample: a bundle's ingest holds ~half a million
+        s.execute(insert(Sample), [
+            {"evaluation_id": row.id, "idx": x.idx, "item_id": x.item_id, "prompt": x.prompt,
+             "completion": x.completion, "reference": x.reference, "score": x.score, "correct": x.correct,
+             "extra_json": _dumps(x.extra)}
+            for x in ev.samples])
     return row
 
 
@@ -492,14 +493,17 @@ def _ingest_one(s: Session, result: ResultFile, counts: dict[str, int]) -> None:
         run.finished_at = rec.finished_at or utcnow()
         run.duration_s = (_aware(run.finished_at) - _aware(run.started_at)).total_seconds()
     existing_steps = set(s.scalars(select(StepMetric.step).where(StepMetric.run_id == run.id)))
+    rows = []
     for m in result.metrics:
         if m.step in existing_steps:
             continue
         row = _metric_row(m.step, m.values)
-        row.run_id = run.id
-        s.add(row)
+        rows.append({c.key: getattr(row, c.key) for c in StepMetric.__table__.columns if c.key != "id"}
+                    | {"run_id": run.id})
         existing_steps.add(m.step)
-        counts["metrics"] += 1
+    if rows:  # one executemany (see _insert_evaluation)
+        s.execute(insert(StepMetric), rows)
+        counts["metrics"] += len(rows)
     for ev in result.evaluations:
         if s.scalars(select(Evaluation.id).where(Evaluation.uid == ev.uid)).first() is not None:
             counts["skipped_evaluations"] += 1

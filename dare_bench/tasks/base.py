@@ -25,6 +25,7 @@ Sources accepted by ``Task.load(source=...)``: a path to ``.parquet`` / ``.jsonl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -120,15 +121,29 @@ def sha256_items(items: Sequence[Item]) -> str:
     return hashlib.sha256(canonical_json([it.to_json() for it in items])).hexdigest()
 
 
+_PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 def plain(obj: Any) -> Any:
     """numpy / pyarrow containers from parquet rows -> plain Python (lists, dicts, str, int, float)."""
-    if isinstance(obj, Mapping):
+    kind = type(obj)
+    if kind in _PLAIN_TYPES:  # most leaves: skips the ABC checks below, the cost of reading a large parquet
+        return obj
+    if kind is dict or isinstance(obj, Mapping):
         return {str(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if kind is list or kind is tuple or isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
     if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
         return plain(obj.tolist())
     return obj
+
+
+@functools.lru_cache(maxsize=8)
+def _file_rows(path: str, mtime_ns: int, size: int) -> tuple[list[dict[str, Any]], str]:
+    """A data file's rows and sha256, read once per process and file version: planning every registry entry
+    (`list --runnable`, a sweep's dry run) loads the same few files hundreds of times. The rows are shared: the
+    converters copy what they keep (`plain(dict(r))`, `dict(extra_info)`), none writes to them."""
+    return read_rows(Path(path)), sha256_file(Path(path))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -402,9 +417,12 @@ class Task:
         return f"dare-bench data get {self.name}" + (" --hf" if hf else "")
 
     def _load_file(self, path: Path, split: str) -> TaskDataset:
-        rows = read_rows(path)
+        if not path.is_file():
+            read_rows(path)  # its one error for a missing file
+        stat = path.stat()
+        rows, fingerprint = _file_rows(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
         items = self.rows_to_items(rows, split, where=str(path))
-        return TaskDataset(self.name, split, items, source=str(path.resolve()), fingerprint=sha256_file(path))
+        return TaskDataset(self.name, split, items, source=str(path.resolve()), fingerprint=fingerprint)
 
     def _load_hf(self, source: str, split: str) -> TaskDataset:
         dataset_id, config, revision = parse_hf_source(source)

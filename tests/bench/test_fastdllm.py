@@ -79,6 +79,7 @@ def _fake_clone(root, shift=0):
 SMALL = dict(layers=1, hidden=128, gen_lengths=(32,), batches=(1, 2), rounds=2, prompt_length=8)
 
 
+@pytest.mark.integration
 def test_every_setting_is_timed_on_both_sides_and_the_tokens_compared(tmp_path):
     from dare_bench.bench.fastdllm import measure
 
@@ -112,6 +113,7 @@ def test_a_small_vocabulary_checkpoint_has_its_ids_at_the_end_and_runs(tmp_path)
     assert all(r["same_tokens"] for r in out["rows"]) and "vocabulary 300" in out["settings"]["checkpoint"]
 
 
+@pytest.mark.integration
 def test_other_tokens_are_reported(tmp_path):
     from dare_bench.bench.fastdllm import measure
 

@@ -35,6 +35,7 @@ def test_path_settings():
         path_train(train, "dual", block=7)
 
 
+@pytest.mark.integration
 def test_each_path_decodes_as_named_and_ratios_come_from_the_rows(monkeypatch):
     seen = []
     original = sampling.generate
@@ -65,6 +66,7 @@ def test_each_path_decodes_as_named_and_ratios_come_from_the_rows(monkeypatch):
     assert ratio["rollout"] == pytest.approx(pinned["time_rollout_s"] / fast["time_rollout_s"])
 
 
+@pytest.mark.integration
 def test_block_diffusion_gets_no_mdlm_cache_path_and_bad_paths_are_one_error():
     out = measure("bgpo-sdar-sudoku", scale="micro", steps=1, paths=("pinned", "dual", "threshold"))
     assert [(r["path"], r["use_cache"]) for r in out["rows"]] == [("pinned", "exact"), ("threshold", "exact")]
@@ -74,6 +76,7 @@ def test_block_diffusion_gets_no_mdlm_cache_path_and_bad_paths_are_one_error():
         assert res.returncode != 0 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.integration
 def test_json_mode(tmp_path):
     res = CliRunner().invoke(app, ["bench", "tinyrl", "--scale", "micro", "--steps", "1", "--paths", "pinned,bf16",
                                    "--json"])
@@ -82,6 +85,7 @@ def test_json_mode(tmp_path):
     assert [r["path"] for r in out["rows"]] == ["pinned", "bf16"] and out["settings"]["threads"] == 1
 
 
+@pytest.mark.integration
 def test_pinned_path_shares_rows_and_ends_with_the_reference_paths_weights():
     out = measure("d1-llada-sudoku", scale="micro", steps=1, paths=("reference", "pinned", "bf16"))
     reference, pinned, _ = out["rows"]

@@ -48,6 +48,7 @@ def _break_the_sudoku_grader(monkeypatch):
     monkeypatch.setattr(d1, "sudoku_reward_extract", strict_extract)
 
 
+@pytest.mark.integration
 def test_the_unchanged_tree_passes_and_a_broken_grader_fails(tmp_path, shared_home, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(shared_home))
     db = f"sqlite:///{tmp_path / 'check.db'}"

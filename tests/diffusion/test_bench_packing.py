@@ -10,6 +10,7 @@ from testpaths import DARE_DATA
 GSM8K = DARE_DATA / "rl" / "test" / "gsm8k_1.parquet"
 
 
+@pytest.mark.integration
 def test_bench_packing_json_small():
     from dare_bench.cli import app
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 
+@pytest.mark.integration
 def test_bench_rollout_cli_json():
     from typer.testing import CliRunner
 

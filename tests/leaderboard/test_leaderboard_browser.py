@@ -20,7 +20,7 @@ from dare_bench.store import Store
 
 from lb_helpers import REPO, add_run, free_port, wait_healthy
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 CHROMIUM = os.environ.get("DARE_BENCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # Flags that work as root on a CI box (no sandbox, no GPU, no background network). Playwright gives the browser

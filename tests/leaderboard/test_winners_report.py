@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
+@pytest.mark.integration
 def test_the_readme_block_is_the_shipped_bundles_table(tmp_path, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path))
     from dare_bench.pipeline.shared_bases import bundle_base_hashes

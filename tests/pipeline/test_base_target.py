@@ -34,6 +34,7 @@ def _inputs(overrides):
     return cfg, task, tokenizer, items
 
 
+@pytest.mark.integration
 def test_the_rule_stops_at_the_first_check_reaching_the_target_and_that_is_the_sft_checkpoint(home, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(home))
     from dare_bench.pipeline.base_cache import base_identity, base_sft_setup, build_base, weights_sha256

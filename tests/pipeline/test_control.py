@@ -26,6 +26,7 @@ def controlled(tmp_path_factory):
     return db, json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_the_control_spends_the_rl_runs_counted_compute_from_the_same_base(controlled):
     from dare_bench.store import Store
 
@@ -44,6 +45,7 @@ def test_the_control_spends_the_rl_runs_counted_compute_from_the_same_base(contr
     assert rl["control_of"] is None
 
 
+@pytest.mark.integration
 def test_the_leaderboard_shows_rl_minus_control(controlled):
     from dare_bench.leaderboard import data as L
     from dare_bench.store import Store
@@ -90,6 +92,7 @@ def _budgeted_sft(home, monkeypatch, budget: float):
     return result, store.get_run(result.run_id), store.metrics(result.run_id)
 
 
+@pytest.mark.integration
 def test_budgeted_sft_runs_continue_one_trajectory_bit_for_bit(tmp_path, monkeypatch):
     """A control continues the longest kept stretch of its trajectory below its budget and ends where training
     from step 0 ends: the same weights, step metrics (logged every 10 steps), counted compute and final scores."""

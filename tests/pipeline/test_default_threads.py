@@ -31,6 +31,7 @@ def test_omp_num_threads_wins(two_threads, monkeypatch):
         assert torch.get_num_threads() == 2
 
 
+@pytest.mark.integration
 def test_a_micro_run_records_the_thread_count_it_ran_with(two_threads, tmp_path, monkeypatch):
     from dare_bench.store import Store
 

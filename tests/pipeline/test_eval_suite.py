@@ -30,6 +30,7 @@ def _suite(*args):
     return res, (json.loads(res.stdout) if "--json" in args and res.stdout.strip() else None)
 
 
+@pytest.mark.integration
 def test_a_shrunk_suite_runs_stores_resumes_and_compares(local_data, tmp_path):
     db = f"sqlite:///{tmp_path / 'suite.db'}"
     args = ["sdar", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k,mbpp", "--db", db, "--json"]
@@ -59,6 +60,7 @@ def test_a_shrunk_suite_runs_stores_resumes_and_compares(local_data, tmp_path):
     assert text.exit_code == 0 and "gsm8k" in text.stdout and "91.36" in text.stdout and "skipped" in text.stdout
 
 
+@pytest.mark.integration
 def test_shards_split_the_benchmarks(local_data, tmp_path):
     db = f"sqlite:///{tmp_path / 'suite.db'}"
     res, out = _suite("llada", "--shrunk", "--limit", "1", "--benchmarks", "gsm8k,humaneval,mbpp", "--shard", "1/2",

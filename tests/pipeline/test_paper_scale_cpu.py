@@ -48,6 +48,7 @@ def _rows(db_file: Path, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.integration
 def test_shrunk_dream_d1_on_dare_gsm8k_end_to_end(shrunk_dream, dare_data, tmp_path):
     from dare_bench.models import load_pretrained
     from dare_bench.pipeline import reproduce

@@ -64,6 +64,7 @@ def test_sft_then_d1_micro_share_the_base_and_land_in_the_store(db):
     assert evals["step-2"]["metrics"]["accuracy"] == evaluated[0]["extra"]["eval_accuracy"]
 
 
+@pytest.mark.integration
 def test_overrides_mark_the_run_modified(db):
     from dare_bench.store import Store
 
@@ -74,6 +75,7 @@ def test_overrides_mark_the_run_modified(db):
     assert Store(db).get_run(out["run_id"])["modified"] is True
 
 
+@pytest.mark.integration
 def test_failed_run_is_marked_failed(db, monkeypatch):
     from dare_bench import pipeline
     from dare_bench.store import Store
@@ -133,6 +135,7 @@ def test_paper_dry_run_plans_from_the_shipped_config(monkeypatch):
         ("sudoku-n20000", str((DARE_DATA / "rl" / "train" / "sudoku-n20000_1.parquet").resolve()))]
 
 
+@pytest.mark.integration
 def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatch):
     """An RL run interrupted after its first checkpoint resumes from it (--resume) and ends with the same metrics
     as an uninterrupted run under the same seed. (The loop's own SIGKILL test is tests/trainers.)"""
@@ -172,6 +175,7 @@ def test_resume_after_interruption_ends_like_an_uninterrupted_run(db, monkeypatc
     assert len(Store(db).metrics(resumed.run_id)) == len(full.reward_curve)
 
 
+@pytest.mark.integration
 def test_lora_run_saves_peft_adapters_the_evaluator_loads(db):
     r = _run("reproduce", "lora-llada-sudoku", "--scale", "micro", "--db", db, "--json")
     assert r.exit_code == 0, r.output

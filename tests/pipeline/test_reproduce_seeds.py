@@ -27,6 +27,7 @@ def test_seed_summary_is_mean_and_t_interval():
     assert s["gain"]["values"] == pytest.approx([0.1, 0.2, 0.3])
 
 
+@pytest.mark.integration
 def test_no_seed_runs_every_pinned_seed_and_one_seed_runs_one(tmp_path):
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     runner = CliRunner()

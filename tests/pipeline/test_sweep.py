@@ -112,6 +112,7 @@ def test_dry_run_plans_every_cell_and_writes_nothing(tmp_path, capsys, monkeypat
 
 # ------------------------------------------------------------------------------------------------ the grid
 
+@pytest.mark.integration
 def test_two_workers_fill_one_store_and_a_rerun_skips_every_cell(home, shared, capsys, monkeypatch):
     db = shared / "grid.db"
     code, out, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db),
@@ -139,6 +140,7 @@ def test_two_workers_fill_one_store_and_a_rerun_skips_every_cell(home, shared, c
     assert len(Store(f"sqlite:///{db}").latest_runs(limit=None)) == 2
 
 
+@pytest.mark.integration
 def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared, capsys, monkeypatch):
     """`--controls` added to a grid whose RL runs finished: each RL cell runs just its control (the RL run is not
     repeated), the evaluation-only cell stays skipped; a rerun then skips every cell and still shows the control."""
@@ -183,6 +185,7 @@ def test_controls_on_a_finished_grid_run_only_the_missing_controls(home, shared,
     assert cells["d1-llada-sudoku"]["control"] == rl["control"] and len(store.latest_runs(limit=None)) == 4
 
 
+@pytest.mark.integration
 def test_controls_on_a_fresh_grid_run_each_rl_run_then_its_control(home, shared, capsys, monkeypatch):
     db = shared / "fresh-controls.db"
     code, out, err = run_cli(capsys, monkeypatch, *GRID, "--scale", "micro", "--jobs", "2", "--db", str(db),
@@ -200,6 +203,7 @@ def test_controls_on_a_fresh_grid_run_each_rl_run_then_its_control(home, shared,
     assert len(store.latest_runs(limit=None)) == 3  # the evaluation, the RL run, its control
 
 
+@pytest.mark.integration
 def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(home, shared, capsys, monkeypatch):
     db = shared / "kill.db"
     url = f"sqlite:///{db}"
@@ -254,6 +258,7 @@ def test_a_killed_cell_fails_the_others_finish_and_the_next_sweep_resumes_it(hom
 
 # ------------------------------------------------------------------------------------------------ submitit
 
+@pytest.mark.integration
 def test_submitit_local_cluster_runs_a_cell(home, shared, capsys, monkeypatch):
     db = shared / "submitit.db"
     code, out, err = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--scale", "micro", "--executor",
@@ -344,6 +349,7 @@ def postgres_url():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.integration
 @pytest.mark.extra
 def test_two_workers_write_one_postgresql_store(home, postgres_url, capsys, monkeypatch):
     code, out, err = run_cli(capsys, monkeypatch, "baseline-llada-sudoku", "--seeds", "0,1", "--scale", "micro",
@@ -562,3 +568,42 @@ def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path,
     sweep.run_sweep(["d1-llada-sudoku"], scale="micro", seeds=[1], db=url, dry_run=True, progress=False,
                     log=logs.append)
     assert not [line for line in logs if line.startswith("note:")]
+
+
+def test_a_finished_run_from_another_base_is_run_again_from_this_machines(tmp_path, monkeypatch):
+    """A finished cell counts as done only from the base this machine's cache holds for its recipe: one that started
+    from another base (another CPU kind's) sits in another leaderboard group, so the sweep runs the cell again here,
+    and says why; from the same base, or with no base cached yet, it is skipped as before."""
+    import json as _json
+
+    from dare_bench.pipeline.base_cache import cached_base_hash, recipe_fields
+    from dare_bench.pipeline.plan import resolve
+
+    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    store = Store(url)
+    _, cfg = resolve("d1-llada-sudoku", "micro")
+    run_id = store.start_run(cfg, seed=0)
+    store.finish_run(run_id, [], base={"weights_sha256": "ab" * 32, "selection": {"rule": "fixed", "step": 40}})
+    store.close()
+
+    def decide() -> sweep.Cell:
+        cells = sweep.run_sweep(["d1-llada-sudoku"], scale="micro", seeds=[0], db=url, dry_run=True, progress=False,
+                                log=lambda _: None)
+        return cells[0]
+
+    assert decide().action == "skip"  # nothing cached: this machine has no base to compare with
+    cached = tmp_path / "home" / "bases" / "llada-sudoku-micro-0123456789abcdef"
+    cached.mkdir(parents=True)
+    key = {**_json.loads(_json.dumps(recipe_fields(cfg), default=str)), "tokenizer": "t", "data": "d"}
+    (cached / "base.json").write_text(_json.dumps({"key": key, "identity": {"weights_sha256": "cd" * 32}}))
+    assert cached_base_hash(cfg) == "cd" * 32
+    cell = decide()
+    assert cell.action == "run"
+    said = f"its finished run {run_id} started from base abababab, this machine's cached base is cdcdcdcd"
+    assert said in cell.message
+    (cached / "base.json").write_text(_json.dumps({"key": key, "identity": {"weights_sha256": "ab" * 32}}))
+    assert decide().action == "skip"
+    other = {**key, "recipe": {**key["recipe"], "lr": 123.0}}  # another recipe's base is not this cell's
+    (cached / "base.json").write_text(_json.dumps({"key": other, "identity": {"weights_sha256": "cd" * 32}}))
+    assert cached_base_hash(cfg) is None and decide().action == "skip"

@@ -136,7 +136,8 @@ def _get(profile, path: str):
 
 
 def _dare_recipes() -> list[str]:
-    return [n for n in load_registry().names() if expected(get(n)) is not None]
+    reg = load_registry()
+    return [n for n in reg.names() if expected(reg.get(n)) is not None]
 
 
 def test_the_table_quotes_the_notes():

@@ -11,6 +11,7 @@ from testpaths import REPO
 SCRIPT = REPO / "scripts" / "gpu_check.py"
 
 
+@pytest.mark.integration
 def test_cpu_smoke_writes_the_summary(tmp_path):
     """The rollout's rates come out as fractions of the ceilings measured in the same run (issue #15 item 7)."""
     out = tmp_path / "summary.json"

@@ -151,3 +151,20 @@ def test_real_dare_code_items_grade_through_the_sandbox(dare_env):
     code = (" 'def remove_Occ(s,ch):\r\n    i = s.find(ch)\r\n    s = s[:i] + s[i+1:]\r\n    j = s.rfind(ch)\r\n"
             "    return s[:j] + s[j+1:]' \n[DONE] \n\n")
     assert mbpp.grade(code, m_item, "dare").correct
+
+
+def test_a_rewritten_file_is_read_again(tmp_path):
+    """Rows are read once per process and file version (planning every entry loads the same files hundreds of
+    times): a file rewritten in place, even to the same size, is read again; its fingerprint follows."""
+    import os
+
+    p = tmp_path / "gsm.jsonl"
+    p.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    first = get_task("gsm8k").load("test", source=p)
+    again = get_task("gsm8k").load("test", source=p)
+    assert first[0] == again[0] and first.fingerprint == again.fingerprint
+    before = p.stat().st_mtime_ns
+    p.write_text(json.dumps({"question": "1+2?", "answer": "#### 3"}) + "\n")  # the same length
+    os.utime(p, ns=(before + 10**9, before + 10**9))
+    changed = get_task("gsm8k").load("test", source=p)
+    assert changed[0].ground_truth == "3" and changed.fingerprint != first.fingerprint

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 
+@pytest.mark.integration
 def test_bench_memory_json_small():
     from dare_bench.cli import app
 
@@ -40,6 +41,7 @@ def test_bench_memory_refuses_bad_flags():
                       timeout=0.001)
 
 
+@pytest.mark.integration
 def test_bench_memory_head_small():
     """`--head` at a CPU-test size: both peaks measured, the chunked head far below materialised logits, and its
     log-probs / gradients equal to fp32 rounding (the full-size figures are in the module doc's command)."""

@@ -20,6 +20,7 @@ def _scores(metrics):
     # slow: the preference pairs come from the base's own rollouts (the same code path as SFT otherwise)
     pytest.param("vrpo-llada-sudoku", "preference", "train_preference", marks=pytest.mark.slow),
 ])
+@pytest.mark.integration
 def test_pipeline_resume_ends_like_an_uninterrupted_run(db, monkeypatch, name, module, fn):
     import importlib
 

@@ -16,6 +16,7 @@ WAVE2 = ["mdpo-llada-sudoku", "dtreerpo-llada-sudoku", "justgrpo-llada-sudoku", 
          "wd1-llada-sudoku", "gdpo-llada-sudoku", "tracerl-sdar-sudoku", "tracerl-llada2-sudoku"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", WAVE2)
 def test_wave2_entry_runs_at_micro(name, tmp_path, monkeypatch):
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))

@@ -360,6 +360,7 @@ def test_an_interrupted_conversion_resumes_at_its_stage(tmp_path):
 FAST = ["base.start_step=2", "eval.limit=4"]
 
 
+@pytest.mark.integration
 def test_wsd_micro_run_stores_every_stage_evaluation(tmp_path):
     """`dare-bench reproduce wsd-llada2-sudoku --scale micro` (a 2-step base): the AR base, the three stages, each
     boundary evaluated at its block (accuracy + TPF) into the store, the final model at block 8."""
@@ -386,6 +387,7 @@ def test_wsd_micro_run_stores_every_stage_evaluation(tmp_path):
 
 @pytest.mark.parametrize("name", ["ar-llada2-sudoku", "cap-llada2-sudoku", "cap-sdar-sudoku", "wsd-cap-llada2-sudoku",
                                   "vrpo-llada2-sudoku", "vrpo-sdar-sudoku", "bdlm-llada2-sudoku"])
+@pytest.mark.integration
 def test_llada2_recipe_entries_run_at_micro(name, tmp_path):
     from dare_bench.pipeline import reproduce
 
