@@ -539,11 +539,9 @@ def test_controls_run_after_every_rl_run_smallest_budget_first(home, tmp_path, m
     assert all(c.wall_seconds >= 10.0 for c in cells[:3])  # the RL run's time and its control's
 
 
-def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path, monkeypatch):
-    """The store's runs of a row started from a base this cache lacks: the sweep says, before training one, that its
-    runs would form a new group (a tiny base's bits follow the CPU); with that base cached, it says nothing."""
-    import json as _json
-
+def _store_with_a_run_from_base_abab(tmp_path, monkeypatch):
+    """A fresh home and a store holding one finished micro d1-llada-sudoku run (seed 0) from base abab...:
+    (url, its config, its run id)."""
     from dare_bench.pipeline.plan import resolve
 
     monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
@@ -553,6 +551,15 @@ def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path,
     run_id = store.start_run(cfg, seed=0)
     store.finish_run(run_id, [], base={"weights_sha256": "ab" * 32, "selection": {"rule": "fixed", "step": 40}})
     store.close()
+    return url, cfg, run_id
+
+
+def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path, monkeypatch):
+    """The store's runs of a row started from a base this cache lacks: the sweep says, before training one, that its
+    runs would form a new group (a tiny base's bits follow the CPU); with that base cached, it says nothing."""
+    import json as _json
+
+    url, _, _ = _store_with_a_run_from_base_abab(tmp_path, monkeypatch)
     logs: list[str] = []
     cells = sweep.run_sweep(["d1-llada-sudoku", "sft-llada-sudoku"], scale="micro", seeds=[1], db=url, dry_run=True,
                             progress=False, log=logs.append)
@@ -577,15 +584,8 @@ def test_a_finished_run_from_another_base_is_run_again_from_this_machines(tmp_pa
     import json as _json
 
     from dare_bench.pipeline.base_cache import cached_base_hash, recipe_fields
-    from dare_bench.pipeline.plan import resolve
 
-    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
-    url = f"sqlite:///{tmp_path / 'grid.db'}"
-    store = Store(url)
-    _, cfg = resolve("d1-llada-sudoku", "micro")
-    run_id = store.start_run(cfg, seed=0)
-    store.finish_run(run_id, [], base={"weights_sha256": "ab" * 32, "selection": {"rule": "fixed", "step": 40}})
-    store.close()
+    url, cfg, run_id = _store_with_a_run_from_base_abab(tmp_path, monkeypatch)
 
     def decide() -> sweep.Cell:
         cells = sweep.run_sweep(["d1-llada-sudoku"], scale="micro", seeds=[0], db=url, dry_run=True, progress=False,
