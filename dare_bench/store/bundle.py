@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
-from dare_bench.errors import DataError
+from dare_bench.errors import ConfigError, DataError
 from dare_bench.store.records import BASES_DIR, result_files
 
 #: the CPU-scale comparison shipped with the package (result files; may be empty)
@@ -42,20 +43,24 @@ def bundle_files(directory: str | Path) -> list[Path]:
 
 
 def bundle_runs(store, *, scale: str | None = None, backbone: str | None = None,
-                reproduction: str | None = None) -> list[dict[str, Any]]:
-    """The finished runs a bundle of these filters holds (`reproduction`: a glob); none is a DataError."""
+                reproduction: str | None = None, base: str | None = None) -> list[dict[str, Any]]:
+    """The finished runs a bundle of these filters holds (`reproduction`: a glob; `base`: a prefix of the SFT
+    base's weight hash, as the leaderboard's "task @ base" rows print it); none is a DataError."""
+    if base is not None and not re.fullmatch(r"[0-9a-f]{4,64}", base):
+        raise ConfigError(f"--base {base!r}: give a prefix of a base's weight hash (4 to 64 lowercase hex digits)")
     runs = [r for r in store.latest_runs(scale=scale, status="finished", limit=None)
             if (backbone is None or r["backbone"] == backbone)
-            and (reproduction is None or fnmatch.fnmatchcase(r["reproduction"], reproduction))]
+            and (reproduction is None or fnmatch.fnmatchcase(r["reproduction"], reproduction))
+            and (base is None or (r.get("base_sha256") or "").startswith(base))]
     if not runs:
         asked = ", ".join(f"{k} {v}" for k, v in (("scale", scale), ("backbone", backbone),
-                                                   ("reproduction", reproduction)) if v) or "any"
+                                                   ("reproduction", reproduction), ("base", base)) if v) or "any"
         raise DataError(f"no finished runs in {store.url} match ({asked}): nothing to export")
     return runs
 
 
 def export_bundle(store, directory: str | Path, *, scale: str | None = None, backbone: str | None = None,
-                  reproduction: str | None = None) -> list[Path]:
+                  reproduction: str | None = None, base: str | None = None) -> list[Path]:
     """Write every finished run matching the filters (`bundle_runs`) as a result file under `directory`. A
     selection that matches nothing is a DataError (nothing written). The SFT bases the runs started from go beside
     them with `pipeline.shared_bases.write_bases` (`export --bundle --bases`)."""
@@ -63,7 +68,7 @@ def export_bundle(store, directory: str | Path, *, scale: str | None = None, bac
 
     from dare_bench.fileio import atomic_write_bytes
 
-    runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction)
+    runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction, base=base)
     directory = Path(directory)
     files = [(directory / f"{r['reproduction']}.{r['scale']}.seed{r['seed']}.{r['uid']}.json.gz",
               store.result_file(r["id"])) for r in sorted(runs, key=lambda r: r["id"])]  # all built before writing

@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
         backbone: Optional[str] = typer.Option(None, "--backbone", help="--bundle: only runs of this backbone."),
         reproduction: Optional[str] = typer.Option(None, "--reproduction", help="--bundle: only reproductions "
                                                    "matching this glob, e.g. 'd1-*-sudoku'."),
+        base: Optional[str] = typer.Option(None, "--base", help="--bundle: only runs that started from this SFT "
+                                           "base (a prefix of its weight hash, as in the leaderboard's "
+                                           "'task @ base' rows, e.g. 600deec0)."),
         bases: bool = typer.Option(False, "--bases", help="--bundle: also write the tiny / micro SFT bases the "
                                    "runs started from (from this machine's base cache, to <bundle>/bases/), so that "
                                    "whoever ingests the bundle extends these runs from the same weights."),
@@ -104,17 +107,18 @@ def register(app: typer.Typer) -> None:
 
         if (fmt is None) == (bundle is None):
             raise ConfigError("give exactly one of --format csv|json (a table) or --bundle DIR (result files)")
-        if bundle is None and (scale or backbone or reproduction or bases):
-            raise ConfigError("--scale / --backbone / --reproduction / --bases select what a --bundle holds")
+        if bundle is None and (scale or backbone or reproduction or base or bases):
+            raise ConfigError("--scale / --backbone / --reproduction / --base / --bases select what a --bundle holds")
         if bundle is not None:
             from dare_bench.pipeline.shared_bases import bases_of_runs, write_bases
             from dare_bench.store.bundle import bundle_runs, export_bundle
 
             store = Store(db)
             # the bases are found before anything is written: a base missing here writes nothing
-            base_dirs = bases_of_runs(bundle_runs(store, scale=scale, backbone=backbone,
-                                                  reproduction=reproduction)) if bases else []
-            paths = export_bundle(store, bundle, scale=scale, backbone=backbone, reproduction=reproduction)
+            selection = dict(scale=scale, backbone=backbone, reproduction=reproduction, base=base)
+            runs = bundle_runs(store, **selection)  # a bad selection fails here, before anything is written
+            base_dirs = bases_of_runs(runs) if bases else []
+            paths = export_bundle(store, bundle, **selection)
             shared = f" and {len(write_bases(base_dirs, bundle))} SFT base(s)" if bases else ""
             typer.echo(f"wrote {len(paths)} result file(s){shared} to {bundle} (load them with "
                        f"`dare-bench ingest {bundle}`)")

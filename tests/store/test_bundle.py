@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dare_bench.cli import app
-from dare_bench.errors import DataError
+from dare_bench.errors import ConfigError, DataError
 from dare_bench.pipeline.plan import resolve
 from dare_bench.store import EvaluationRecord, SampleRecord, Store
 from dare_bench.store.bundle import export_bundle, merged_database
@@ -140,3 +140,27 @@ def test_a_fresh_install_shows_the_bundle_alone(tmp_path, monkeypatch):
 
     with pytest.raises(StoreError, match="no database at"):  # a store named with --db must exist
         layered_url(str(tmp_path / "typo.db"), [tmp_path / "bundle"], str(tmp_path / "typo.db"))
+
+
+def test_export_selects_the_runs_of_one_base(tmp_path):
+    """`export --bundle --base PREFIX`: only runs that started from that SFT base (a row "task @ base" of the
+    leaderboard), so one row of a store whose entry also has runs on another machine's base exports (with
+    `--bases`) in one command; a prefix that is not hex is one error, one that matches nothing writes nothing."""
+    src = f"sqlite:///{tmp_path / 'src.db'}"
+    store = Store(src)
+    _run(store, "d1-llada-sudoku", 0, 0.3, base_sha="ab" * 32)
+    _run(store, "d1-llada-sudoku", 1, 0.4, base_sha="cd" * 32)
+    _run(store, "d1-llada-sudoku", 2, 0.5, base_sha="cd" * 32)
+    store.close()
+    out = runner.invoke(app, ["export", "--bundle", str(tmp_path / "b"), "--base", "cdcd", "--db", src])
+    assert out.exit_code == 0, out.output
+    names = sorted(p.name for p in (tmp_path / "b").glob("*.json.gz"))
+    assert [n.split(".")[2] for n in names] == ["seed1", "seed2"]
+    bad = runner.invoke(app, ["export", "--bundle", str(tmp_path / "c"), "--base", "600DEEC0!", "--db", src])
+    assert isinstance(bad.exception, ConfigError) and "prefix of a base's weight hash" in str(bad.exception)
+    assert not (tmp_path / "c").exists()
+    none = runner.invoke(app, ["export", "--bundle", str(tmp_path / "d"), "--base", "ef01", "--bases", "--db", src])
+    assert isinstance(none.exception, DataError) and "base ef01" in str(none.exception)
+    assert not (tmp_path / "d").exists()
+    table = runner.invoke(app, ["export", "--format", "csv", "--base", "cdcd", "--db", src])
+    assert isinstance(table.exception, ConfigError) and "select what a --bundle holds" in str(table.exception)
