@@ -60,15 +60,17 @@ def bundle_runs(store, *, scale: str | None = None, backbone: str | None = None,
 
 
 def export_bundle(store, directory: str | Path, *, scale: str | None = None, backbone: str | None = None,
-                  reproduction: str | None = None, base: str | None = None) -> list[Path]:
-    """Write every finished run matching the filters (`bundle_runs`) as a result file under `directory`. A
-    selection that matches nothing is a DataError (nothing written). The SFT bases the runs started from go beside
-    them with `pipeline.shared_bases.write_bases` (`export --bundle --bases`)."""
+                  reproduction: str | None = None, base: str | None = None,
+                  runs: list[dict[str, Any]] | None = None) -> list[Path]:
+    """Write every finished run matching the filters (`bundle_runs`; or the given `runs`, a selection already made)
+    as a result file under `directory`. A selection that matches nothing is a DataError (nothing written). The SFT
+    bases the runs started from go beside them with `pipeline.shared_bases.write_bases` (`export --bundle --bases`)."""
     import gzip
 
     from dare_bench.fileio import atomic_write_bytes
 
-    runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction, base=base)
+    if runs is None:
+        runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction, base=base)
     directory = Path(directory)
     files = [(directory / f"{r['reproduction']}.{r['scale']}.seed{r['seed']}.{r['uid']}.json.gz",
               store.result_file(r["id"])) for r in sorted(runs, key=lambda r: r["id"])]  # all built before writing

@@ -115,10 +115,9 @@ def register(app: typer.Typer) -> None:
 
             store = Store(db)
             # the bases are found before anything is written: a base missing here writes nothing
-            selection = dict(scale=scale, backbone=backbone, reproduction=reproduction, base=base)
-            runs = bundle_runs(store, **selection)  # a bad selection fails here, before anything is written
+            runs = bundle_runs(store, scale=scale, backbone=backbone, reproduction=reproduction, base=base)
             base_dirs = bases_of_runs(runs) if bases else []
-            paths = export_bundle(store, bundle, **selection)
+            paths = export_bundle(store, bundle, runs=runs)  # the one selection, read once
             shared = f" and {len(write_bases(base_dirs, bundle))} SFT base(s)" if bases else ""
             typer.echo(f"wrote {len(paths)} result file(s){shared} to {bundle} (load them with "
                        f"`dare-bench ingest {bundle}`)")
