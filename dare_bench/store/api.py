@@ -220,6 +220,8 @@ class Store:
             for run in runs:
                 d = _run_dict(run)
                 d["evaluations"] = [_eval_dict(e) for e in run.evaluations]
+                if run.status == "running":
+                    d["progress"] = _progress(s, d)
                 out.append(d)
             return out
 
@@ -510,6 +512,29 @@ def _ingest_one(s: Session, result: ResultFile, counts: dict[str, int]) -> None:
             continue
         _insert_evaluation(s, run, ev)
         counts["evaluations"] += 1
+
+
+# the pace of a running run is read from its last few logged steps: a resumed run's earlier rows (and the pause
+# between) would otherwise slow its estimate
+PACE_STEPS = 5
+
+
+def _progress(s: Session, run: dict[str, Any]) -> dict[str, Any]:
+    """Where a running run's training is: its last logged step and when, the planned total (`train.steps`; none for
+    a compute-matched control, which stops at a FLOPs budget instead), the seconds per step of its last
+    `PACE_STEPS` logged steps, and the time left at that pace. No step logged yet (building its base, or its first
+    rollouts): step and pace are None."""
+    rows = s.execute(select(StepMetric.step, StepMetric.logged_at).where(StepMetric.run_id == run["id"])
+                     .order_by(StepMetric.step.desc()).limit(PACE_STEPS + 1)).all()
+    train = run["config"].get("profile", {}).get("train", {})
+    total = train.get("steps") if train.get("compute_budget_flops") is None else None
+    step = rows[0].step if rows else None
+    pace = None
+    if len(rows) > 1 and rows[0].step > rows[-1].step:
+        pace = (_aware(rows[0].logged_at) - _aware(rows[-1].logged_at)).total_seconds() / (rows[0].step - rows[-1].step)
+    left = pace * max(total - step, 0) if pace is not None and total is not None else None
+    return {"step": step, "total": total, "logged_at": _aware(rows[0].logged_at).isoformat() if rows else None,
+            "seconds_per_step": pace, "eta_seconds": left}
 
 
 def _run_dict(run: Run) -> dict[str, Any]:

@@ -36,6 +36,24 @@ EXPORT_COLUMNS = (
 )
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _progress_text(progress: dict) -> str:
+    """A running run's place for the `runs` table: "step 19/50, logged 2 min ago, ~45 min left"."""
+    from datetime import datetime, timezone
+
+    if progress["step"] is None:
+        return "no step logged yet"
+    text = f"step {progress['step']}" + (f"/{progress['total']}" if progress["total"] else "")
+    ago = (datetime.now(timezone.utc) - datetime.fromisoformat(progress["logged_at"])).total_seconds()
+    text += f", logged {_minutes(max(ago, 0))} ago"
+    if progress["eta_seconds"] is not None:
+        text += f", ~{_minutes(progress['eta_seconds'])} left"
+    return text
+
+
 def register(app: typer.Typer) -> None:
     @app.command("runs")
     def runs_cmd(
@@ -46,7 +64,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print a JSON array."),
         db: Optional[str] = DB_OPTION,
     ) -> None:
-        """List recorded runs, newest first, with their final scores."""
+        """List recorded runs, newest first, with their final scores; a running one shows its last logged step,
+        how long ago, and the time left at its recent pace (`--json`: its "progress")."""
         from dare_bench.errors import ConfigError
         from dare_bench.store import Store
         from dare_bench.store.models import RUN_STATUSES
@@ -73,6 +92,8 @@ def register(app: typer.Typer) -> None:
             table.add_column(col)
         for r in runs:
             score = ", ".join(f"{e['task']} {e['primary_metric']}={e['value']:.4g}" for e in r["evaluations"]) or "-"
+            if "progress" in r:
+                score = _progress_text(r["progress"]) + ("; " + score if score != "-" else "")
             cfg = r["config_hash"][:10] + (" (modified)" if r["modified"] else "")
             table.add_row(str(r["id"]), r["reproduction"], r["scale"], str(r["seed"]), r["status"], score,
                           r["started_at"][:19], cfg)

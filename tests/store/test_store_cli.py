@@ -162,3 +162,47 @@ def test_an_edited_or_incomplete_run_record_is_refused_and_nothing_is_written(tm
     assert result.exit_code != 0 and isinstance(result.exception, DataError)
     assert message in str(result.exception) and "job-1.json" in str(result.exception)
     assert Store(db_url).latest_runs() == []
+
+
+def test_runs_shows_where_a_running_run_is_and_its_time_left(spec, db_url, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    import dare_bench.store.api as api
+
+    store = Store(db_url)
+    cfg = spec.resolve("micro", ["train.steps=50"])
+    steps = cfg.profile.train.steps
+    waiting = store.start_run(cfg, seed=1)  # no step logged yet (its base, or its first rollouts)
+    run = store.start_run(cfg, seed=0)
+    start = datetime.now(timezone.utc) - timedelta(minutes=10)
+    # a resumed run: steps 1-2 before a long pause, then 3-8 at 10 s a step; the pace is read from the recent steps
+    times = {1: start, 2: start + timedelta(seconds=10)}
+    times.update({k: start + timedelta(minutes=5, seconds=10 * (k - 3)) for k in range(3, 9)})
+    for step, when in times.items():
+        monkeypatch.setattr(api, "utcnow", lambda when=when: when)
+        store.log_metrics(run, step, {"loss": 1.0})
+    rows = {r["id"]: r for r in json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)}
+    progress = rows[run]["progress"]
+    assert progress["step"] == 8 and progress["total"] == steps
+    assert progress["seconds_per_step"] == pytest.approx(10.0)
+    assert progress["eta_seconds"] == pytest.approx(10.0 * (steps - 8))
+    assert rows[waiting]["progress"]["step"] is None and rows[waiting]["progress"]["seconds_per_step"] is None
+    store.finish_run(run)
+    finished = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)
+    assert "progress" not in next(r for r in finished if r["id"] == run)
+    table = runner.invoke(app, ["runs", "--db", db_url]).output
+    assert "no step logged yet" in table
+
+
+
+def test_a_compute_matched_control_shows_its_step_without_a_total(spec, db_url):
+    # a control stops at its RL run's FLOPs, so its `train.steps` is only a cap: no total, no time left
+    store = Store(db_url)
+    cfg = spec.resolve("micro", ["train.kind=sft", "train.compute_budget_flops=1e12", "train.steps=500"])
+    run = store.start_run(cfg, seed=0)
+    store.log_metrics(run, 10, {"loss": 1.0})
+    store.log_metrics(run, 20, {"loss": 0.9})
+    progress = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)[0]["progress"]
+    assert progress["step"] == 20 and progress["total"] is None and progress["eta_seconds"] is None
+    assert progress["seconds_per_step"] is not None
+    assert "step 20, logged" in runner.invoke(app, ["runs", "--db", db_url]).output
