@@ -85,17 +85,33 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
                f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else ""))
 
 
+# Pillow's built-in font (the same bitmaps on every machine, so the image does not depend on installed fonts) has
+# no dashes but the ASCII one: "—" (no runner-up, no control) would render as a missing-glyph box
+IMAGE_TEXT = str.maketrans({"—": "-", "–": "-", "−": "-"})
+IMAGE_FONT_SIZE = 14  # the default 10 px draws a space 2 px wide: "CIs separate" read as one word
+
+
+def image_font():
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=IMAGE_FONT_SIZE)
+
+
+def image_text(value: Any) -> str:
+    return str(value).translate(IMAGE_TEXT)
+
+
 def write_image(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """The table as a PNG (Pillow, which Streamlit brings), written atomically."""
-    from PIL import Image, ImageDraw, ImageFont
+    """The table as a PNG (Pillow's built-in font), written atomically."""
+    from PIL import Image, ImageDraw
 
     from dare_bench.fileio import atomic_write_bytes
 
-    font = ImageFont.load_default()
-    cells = [list(COLUMNS)] + [[str(r[c]) for c in COLUMNS] for r in rows]
+    font = image_font()
+    cells = [list(COLUMNS)] + [[image_text(r[c]) for c in COLUMNS] for r in rows]
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     widths = [max(probe.textlength(row[i], font=font) for row in cells) + 16 for i in range(len(COLUMNS))]
-    line, pad = 22, 12
+    line, pad = 24, 12
     size = (int(sum(widths)) + 2 * pad, line * (len(cells) + 1) + 2 * pad)
     image = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(image)

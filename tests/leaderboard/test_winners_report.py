@@ -53,6 +53,20 @@ def test_winners_table_image_and_readme_block(winners_db, tmp_path):
                              "docs/w.png")  # already current
 
 
+
+def test_the_image_draws_every_character_with_a_glyph_of_its_font(winners_db):
+    # the built-in font lacks "—" (a row without a runner-up or a control): drawn as is, it is a missing-glyph box
+    from dare_bench.leaderboard.report import COLUMNS, image_font, image_text
+
+    font = image_font()
+    missing = bytes(font.getmask("\U0001F600"))  # what a character the font lacks draws
+    assert bytes(font.getmask("—")) == missing
+    rows = winners_rows(winners_db, scale="micro")
+    drawn = set("".join([*COLUMNS, "dare-bench winners, tiny scale", image_text("— –")]
+                        + [image_text(r[c]) for r in rows for c in COLUMNS]))
+    assert "-" in drawn and not {c for c in drawn if bytes(font.getmask(c)) == missing}
+    assert font.getlength(" ") >= 3  # at the default 10 px a space is 2 px: "CIs separate" read as one word
+
 def test_a_task_on_two_bases_names_the_cpu_each_base_came_from(tmp_path):
     from dare_bench.store import Store
 
