@@ -528,12 +528,13 @@ def _progress(s: Session, run: dict[str, Any]) -> dict[str, Any]:
                      .order_by(StepMetric.step.desc()).limit(PACE_STEPS + 1)).all()
     train = run["config"].get("profile", {}).get("train", {})
     total = train.get("steps") if train.get("compute_budget_flops") is None else None
-    step = rows[0].step if rows else None
-    pace = None
-    if len(rows) > 1 and rows[0].step > rows[-1].step:
-        pace = (_aware(rows[0].logged_at) - _aware(rows[-1].logged_at)).total_seconds() / (rows[0].step - rows[-1].step)
-    left = pace * max(total - step, 0) if pace is not None and total is not None else None
-    return {"step": step, "total": total, "logged_at": _aware(rows[0].logged_at).isoformat() if rows else None,
+    if not rows:
+        return {"step": None, "total": total, "logged_at": None, "seconds_per_step": None, "eta_seconds": None}
+    last, first = rows[0], rows[-1]  # steps are unique per run, so two rows are two different steps
+    pace = ((_aware(last.logged_at) - _aware(first.logged_at)).total_seconds() / (last.step - first.step)
+            if len(rows) > 1 else None)
+    left = pace * max(total - last.step, 0) if pace is not None and total is not None else None
+    return {"step": last.step, "total": total, "logged_at": _aware(last.logged_at).isoformat(),
             "seconds_per_step": pace, "eta_seconds": left}
 
 

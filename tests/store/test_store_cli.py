@@ -187,12 +187,13 @@ def test_runs_shows_where_a_running_run_is_and_its_time_left(spec, db_url, monke
     assert progress["seconds_per_step"] == pytest.approx(10.0)
     assert progress["eta_seconds"] == pytest.approx(10.0 * (steps - 8))
     assert rows[waiting]["progress"]["step"] is None and rows[waiting]["progress"]["seconds_per_step"] is None
+    live = runner.invoke(app, ["runs", "--db", db_url]).output
+    assert "step 8/50, logged" in live and "~7 min left" in live  # 42 steps at 10 s
     store.finish_run(run)
     finished = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)
     assert "progress" not in next(r for r in finished if r["id"] == run)
     table = runner.invoke(app, ["runs", "--db", db_url]).output
     assert "no step logged yet" in table
-
 
 
 def test_a_compute_matched_control_shows_its_step_without_a_total(spec, db_url):
