@@ -41,7 +41,8 @@ def _minutes(seconds: float) -> str:
 
 
 def _progress_text(progress: dict) -> str:
-    """A running run's place for the `runs` table: "step 19/50, logged 2 min ago, ~45 min left"."""
+    """A running run's place for the `runs` table: "step 19/50, logged 2 min ago, ~43 min left" (the time left
+    counted from now)."""
     from datetime import datetime, timezone
 
     if progress["step"] is None:
@@ -50,7 +51,9 @@ def _progress_text(progress: dict) -> str:
     ago = (datetime.now(timezone.utc) - datetime.fromisoformat(progress["logged_at"])).total_seconds()
     text += f", logged {_minutes(max(ago, 0))} ago"
     if progress["eta_seconds"] is not None:
-        text += f", ~{_minutes(progress['eta_seconds'])} left"
+        # the estimate is at the last log; counted from now, so a run whose steps should be over says so
+        left = progress["eta_seconds"] - max(ago, 0)
+        text += f", ~{_minutes(left)} left" if left > 0 else ", its steps are due by now (evaluating, or stopped)"
     return text
 
 

@@ -188,7 +188,12 @@ def test_runs_shows_where_a_running_run_is_and_its_time_left(spec, db_url, monke
     assert progress["eta_seconds"] == pytest.approx(10.0 * (steps - 8))
     assert rows[waiting]["progress"]["step"] is None and rows[waiting]["progress"]["seconds_per_step"] is None
     live = runner.invoke(app, ["runs", "--db", db_url]).output
-    assert "step 8/50, logged" in live and "~7 min left" in live  # 42 steps at 10 s
+    # 42 steps at 10 s from the last log (step 8, 4 min 10 s ago): about 3 min from now
+    assert "step 8/50, logged 4 min ago" in live and "~3 min left" in live
+    monkeypatch.setattr(api, "utcnow", lambda: start + timedelta(minutes=5, seconds=60))
+    store.log_metrics(run, 49, {"loss": 1.0})  # 4 min ago, one step left at ~1 s a step: due long ago
+    due = runner.invoke(app, ["runs", "--db", db_url]).output
+    assert "step 49/50" in due and "its steps are due by now" in due and " left" not in due
     store.finish_run(run)
     finished = json.loads(runner.invoke(app, ["runs", "--json", "--db", db_url]).output)
     assert "progress" not in next(r for r in finished if r["id"] == run)
