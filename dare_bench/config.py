@@ -99,10 +99,19 @@ class ModelRef(Strict):
         description="how MoE blocks run their routed experts: loop (official, one expert at a time) or grouped "
                     "(grouped matmuls over expert-sorted tokens; equal within fp32 rounding)")
 
+    # Left out of dumps when unset, like `attention`, so the config hashes of every other entry do not move.
+    block_size: int | None = Field(
+        None, gt=0, exclude_if=lambda v: v is None,
+        description="block-diffusion replicas: the block size the preset model trains and attends at (default: "
+                    "the preset's own, copied from the real config); a replica decodes short canvases, so it trains "
+                    "at the block its samplers decode with (pipeline.plan checks they agree)")
+
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRef":
         if (self.checkpoint is None) == (self.preset is None):
             raise ValueError("set exactly one of `checkpoint` (real weights) or `preset` (tiny replica)")
+        if self.block_size is not None and self.preset is None:
+            raise ValueError("`block_size` applies to a tiny `preset` (a real checkpoint's is in its config.json)")
         if self.checkpoint is not None:
             if self.revision is None:
                 raise ValueError(f"`checkpoint` needs a `revision` (a 40-hex commit, or {UNPINNED!r})")
@@ -111,6 +120,11 @@ class ModelRef(Strict):
         elif self.revision is not None:
             raise ValueError("`revision` only applies to a `checkpoint`")
         return self
+
+    @property
+    def preset_overrides(self) -> dict[str, int]:
+        """What the run changes in its preset's config: the keyword overrides of `models.presets.preset_config`."""
+        return {} if self.block_size is None else {"block_size": self.block_size}
 
 
 class SamplerSettings(Strict):
@@ -619,6 +633,14 @@ class RunConfig(Strict):
     @property
     def content_hash(self) -> str:
         return hashlib.sha256(canonical_json(self.semantic_dict()).encode()).hexdigest()
+
+    @property
+    def recipe_hash(self) -> str:
+        """The content hash without the training data's fingerprints: the recipe alone, which the registry can
+        resolve on any machine (whether DARE's parquet files or the task's generator feed it). Two runs of one
+        entry with different recipe hashes ran different versions of its pinned config."""
+        semantic = {k: v for k, v in self.semantic_dict().items() if k != "data"}
+        return hashlib.sha256(canonical_json(semantic).encode()).hexdigest()
 
     def semantic_dict(self) -> dict[str, Any]:
         d = _strip(self.model_dump(mode="json"), NON_SEMANTIC)

@@ -174,7 +174,8 @@ def main() -> None:
         tasks = st.multiselect("Tasks", choices["tasks"], key="tasks", placeholder="all tasks")
         algorithms = st.multiselect("Algorithms", choices["algorithms"], key="algorithms",
                                     placeholder="all algorithms")
-        modified = st.checkbox("Include modified runs (key=value overrides)", value=False, key="modified")
+        modified = st.checkbox("Include modified runs (key=value overrides, or a config the registry has since "
+                               "changed)", value=False, key="modified")
 
     cells = _winners(url, backbone, scale, tuple(tasks), tuple(algorithms), modified)
     tab_over, tab_win, tab_rep, tab_eval, tab_curves, tab_stab, tab_tpf, tab_run = st.tabs(
@@ -198,7 +199,8 @@ def main() -> None:
         st.subheader(f"Winners — {backbone}, {scale} scale")
         if cells.empty:
             st.info(f"No finished {scale}-scale runs of {backbone} match these filters"
-                    + ("" if modified else " (runs with key=value overrides are hidden unless ticked in the sidebar)")
+                    + ("" if modified else " (runs with key=value overrides, or of a config the registry has since "
+                                           "changed, are hidden unless ticked in the sidebar)")
                     + ".")
         else:
             winners = data.task_winners(cells)

@@ -115,7 +115,13 @@ def register(app: typer.Typer) -> None:
         import os
 
         from dare_bench.errors import ConfigError
-        from dare_bench.leaderboard.report import markdown_table, update_readme, winners_rows, write_image
+        from dare_bench.leaderboard.report import (
+            markdown_table,
+            superseded_counts,
+            update_readme,
+            winners_rows,
+            write_image,
+        )
         from dare_bench.store.bundle import merged_database
 
         if db is not None and bundles:
@@ -130,7 +136,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(rows))
             return
-        markdown = markdown_table(rows, scale)
+        markdown = markdown_table(rows, scale, superseded_counts(url, scale=scale))
         link = None
         if image is not None:
             write_image(rows, image, f"dare-bench winners, {scale} scale")

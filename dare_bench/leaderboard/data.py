@@ -12,9 +12,11 @@ percentages, so comparisons go through `to_percent`, which says what it did.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,8 +166,74 @@ _BASE_VALUE = """(SELECT eb.primary_value FROM evaluations eb WHERE eb.run_id = 
                   AND eb.task = f.task ORDER BY eb.id DESC LIMIT 1)"""
 
 
-def _modified_clause(include_modified: bool) -> str:
-    return "" if include_modified else "AND r.modified = 0"
+def _modified_clause(engine: Engine, include_modified: bool) -> str:
+    """Only the registry's pinned recipes, unless `include_modified`: no run with key=value overrides, and no run
+    of a superseded config (`superseded_hashes`)."""
+    if include_modified:
+        return ""
+    stale = sorted(superseded_hashes(engine))
+    return "AND r.modified = 0" + (f" AND r.config_hash NOT IN ({', '.join(map(repr, stale))})" if stale else "")
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# config hash -> superseded or not: a config hash fixes its config (ingest recomputes it), so a verdict holds for the
+# process's life (the registry does not change under it)
+_VERDICTS: dict[str, bool] = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def registry_recipe(reproduction: str, scale: str, overrides_json: str) -> str | None:
+    """The recipe hash (`RunConfig.recipe_hash`: the config without its data fingerprints) this registry resolves
+    today for a reproduction at a scale with these overrides; None where it cannot say (an entry or a scale it
+    lacks, an override it no longer takes)."""
+    from dare_bench.errors import DareBenchError
+    from dare_bench.registry import get
+
+    try:
+        return get(reproduction).resolve(scale, json.loads(overrides_json)).recipe_hash
+    except (DareBenchError, ValueError):
+        return None
+
+
+def _superseded(config_json: str, reproduction: str, scale: str, overrides_json: str) -> bool:
+    from dare_bench.config import RunConfig
+    from dare_bench.errors import DareBenchError
+
+    now = registry_recipe(reproduction, scale, overrides_json)
+    if now is None:
+        return False
+    try:
+        return RunConfig.from_dict(json.loads(config_json)).recipe_hash != now
+    except (DareBenchError, ValueError):  # a record this dare-bench cannot read back says nothing either way
+        return False
+
+
+def superseded_runs(engine: Engine, *, scale: str) -> dict[str, int]:
+    """Finished runs at `scale` of superseded configs, per reproduction (what the winners table says it left out)."""
+    stale = sorted(superseded_hashes(engine))
+    if not stale:
+        return {}
+    df = _df(engine, f"""SELECT reproduction, COUNT(*) AS n FROM runs WHERE status = 'finished' AND scale = :scale
+                          AND config_hash IN ({', '.join(map(repr, stale))}) GROUP BY reproduction""", scale=scale)
+    return {r.reproduction: int(r.n) for r in df.itertuples()}
+
+
+def superseded_hashes(engine: Engine) -> frozenset[str]:
+    """Config hashes of stored runs whose reproduction the registry now resolves to another recipe: its pinned
+    config changed after they ran (e.g. the LLaDA2 replica's training block, session 36). Compared without the data
+    fingerprints, so runs on DARE's parquet files and on the task's generator are judged alike. Such runs stay in
+    the store, in bundles and on the run pages; the winners and every comparison leave them out, as they leave out
+    modified runs. A run the registry cannot resolve here keeps its place (nothing says it is stale)."""
+    hashes = _df(engine, "SELECT config_hash, MIN(id) AS run_id FROM runs GROUP BY config_hash")
+    unseen = [int(r.run_id) for r in hashes.itertuples() if r.config_hash not in _VERDICTS]
+    for i in range(0, len(unseen), 500):
+        ids = ", ".join(str(x) for x in unseen[i:i + 500])
+        rows = _df(engine, "SELECT config_hash, config_json, reproduction, scale, overrides_json FROM runs "
+                           f"WHERE id IN ({ids})")
+        for r in rows.itertuples():
+            _VERDICTS[r.config_hash] = _superseded(r.config_json, r.reproduction, r.scale, r.overrides_json)
+    # only hex hashes go into the SQL (ingest recomputes every one, so a real run's always is)
+    return frozenset(h for h in hashes["config_hash"] if _VERDICTS.get(h) and _HEX64.fullmatch(h or ""))
 
 
 def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | None = None,
@@ -183,7 +251,7 @@ def winners(engine: Engine, *, backbone: str, scale: str, tasks: list[str] | Non
                AVG(e.primary_value) AS mean, AVG(e.primary_value * e.primary_value) AS mean_sq,
                MIN(e.primary_value) AS min, MAX(e.primary_value) AS max, COUNT(DISTINCT r.seed) AS seeds,
                MAX(r.id) AS latest_run
-        FROM ({_FINALS.format(modified=_modified_clause(include_modified))}) f
+        FROM ({_FINALS.format(modified=_modified_clause(engine, include_modified))}) f
         JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
         GROUP BY r.algorithm, f.task, e.primary_metric, COALESCE(r.base_sha256, '')
     """
@@ -238,7 +306,7 @@ def _gains(engine: Engine, backbone: str, scale: str, include_modified: bool) ->
                 WHERE c.control_of = r.uid AND c.status = 'finished' AND ec.checkpoint = 'final'
                   AND ec.task = f.task AND COALESCE(c.base_sha256, '') = COALESCE(r.base_sha256, '')
                 ORDER BY ec.id DESC LIMIT 1) AS control_value
-        FROM ({_FINALS.format(modified=_modified_clause(include_modified))}) f
+        FROM ({_FINALS.format(modified=_modified_clause(engine, include_modified))}) f
         JOIN evaluations e ON e.id = f.eval_id JOIN runs r ON r.id = f.run_id
     """
     runs = _df(engine, sql, backbone=backbone, scale=scale)
@@ -372,7 +440,7 @@ def seed_bands(engine: Engine, *, backbone: str, task: str, scale: str, metric: 
                AVG(m.{metric} * m.{metric}) AS mean_sq, COUNT(m.{metric}) AS runs
         FROM step_metrics m JOIN runs r ON r.id = m.run_id
         WHERE r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale
-          AND r.control_of IS NULL {_modified_clause(include_modified)}
+          AND r.control_of IS NULL {_modified_clause(engine, include_modified)}
         GROUP BY r.algorithm, m.step HAVING COUNT(m.{metric}) > 0 ORDER BY r.algorithm, m.step
     """
     df = _df(engine, sql, backbone=backbone, task=task, scale=scale)
@@ -390,7 +458,7 @@ def reward_collapses(engine: Engine, *, backbone: str, task: str, scale: str, dr
         SELECT r.id AS run_id, r.algorithm AS algorithm, r.seed AS seed, m.step AS step, m.reward_mean AS reward
         FROM step_metrics m JOIN runs r ON r.id = m.run_id
         WHERE r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale
-          AND m.reward_mean IS NOT NULL {_modified_clause(include_modified)}
+          AND m.reward_mean IS NOT NULL {_modified_clause(engine, include_modified)}
         ORDER BY r.id, m.step
     """
     df = _df(engine, sql, backbone=backbone, task=task, scale=scale)
@@ -465,7 +533,7 @@ def accuracy_vs_tpf(engine: Engine, *, backbone: str, scale: str, include_modifi
                e.primary_value AS value, e.metrics_json AS metrics_json, e.sampler_preset AS sampler
         FROM evaluations e JOIN runs r ON r.id = e.run_id
         WHERE e.checkpoint = 'final' AND r.status = 'finished' AND r.backbone = :backbone AND r.scale = :scale
-          {_modified_clause(include_modified)}
+          {_modified_clause(engine, include_modified)}
     """
     df = _df(engine, sql, backbone=backbone, scale=scale)
     tpf = [json.loads(m or "{}").get("tokens_per_forward") for m in df["metrics_json"]]
@@ -579,7 +647,7 @@ def curves(engine: Engine, *, backbone: str, task: str, scale: str, algorithms: 
     the mean over all runs and steps of one bucket; `runs` says how many runs fed it.
     """
     where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
-             f"{_modified_clause(include_modified)}")
+             f"{_modified_clause(engine, include_modified)}")
     params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale}
     if algorithms:
         names = {f"a{i}": a for i, a in enumerate(algorithms)}
@@ -621,7 +689,7 @@ def stage_times(engine: Engine, *, backbone: str, task: str, scale: str, algorit
     a row-limited scan.
     """
     where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
-             f"{_modified_clause(include_modified)}")
+             f"{_modified_clause(engine, include_modified)}")
     params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale}
     if algorithms:
         names = {f"a{i}": a for i, a in enumerate(algorithms)}
@@ -670,7 +738,7 @@ def runs_page(engine: Engine, *, backbone: str, task: str, scale: str, algorithm
               include_modified: bool = False, limit: int = 200) -> pd.DataFrame:
     """The newest `limit` finished runs of one backbone × task × scale, with their final score."""
     where = (f"r.status = 'finished' AND r.backbone = :backbone AND r.task = :task AND r.scale = :scale "
-             f"{_modified_clause(include_modified)}")
+             f"{_modified_clause(engine, include_modified)}")
     params: dict[str, Any] = {"backbone": backbone, "task": task, "scale": scale, "limit": int(limit)}
     if algorithms:
         names = {f"a{i}": a for i, a in enumerate(algorithms)}
@@ -787,7 +855,7 @@ def released_runs(engine: Engine, *, include_modified: bool = False) -> pd.DataF
         FROM runs r JOIN evaluations e ON e.id = (
             SELECT MAX(e2.id) FROM evaluations e2 WHERE e2.run_id = r.id AND e2.checkpoint = 'final')
         WHERE r.status = 'finished' AND r.algorithm = 'released' AND r.scale = 'paper'
-          {_modified_clause(include_modified)}
+          {_modified_clause(engine, include_modified)}
         ORDER BY r.id"""
     df = _df(engine, sql)
     rows = []

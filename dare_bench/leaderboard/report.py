@@ -66,7 +66,19 @@ def winners_rows(url: str, *, scale: str, shipped_bases: set[str] = frozenset())
     return rows
 
 
-def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
+def superseded_counts(url: str, *, scale: str) -> dict[str, int]:
+    """Finished runs at `scale` whose config the registry has since changed, per reproduction (`data.superseded_runs`):
+    left out of the table, and named under it."""
+    from dare_bench.leaderboard import data
+
+    engine = data.open_reader(url)
+    try:
+        return data.superseded_runs(engine, scale=scale)
+    finally:
+        engine.dispose()
+
+
+def markdown_table(rows: list[dict[str, Any]], scale: str, superseded: dict[str, int] | None = None) -> str:
     if not rows:
         return f"_No finished {scale}-scale runs in the bundle yet._\n"
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
@@ -82,7 +94,11 @@ def markdown_table(rows: list[dict[str, Any]], scale: str) -> str:
             + (f"\n_Rows \"task @ base\": the tiny SFT base's weight hash; a base's bits depend on the CPU's kernels, "
                f"so each machine kind trains its own. The CPU that trained each base: {where}._\n" if where else "")
             + (f"\n_Rows whose SFT base ships in the bundle (`dare-bench ingest dare_bench/results --db grid.db` "
-               f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else ""))
+               f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else "")
+            + (f"\n_Not counted: {sum(superseded.values())} runs of configs the registry has changed since they ran "
+               f"(they stay in the bundle; the leaderboard shows them with modified runs): "
+               + ", ".join(f"{name} ({n})" for name, n in sorted(superseded.items())) + "._\n"
+               if superseded else ""))
 
 
 # Pillow's built-in font (the same bitmaps on every machine, so the image does not depend on installed fonts) has

@@ -115,7 +115,7 @@ def base_sft_setup(cfg, task, tokenizer, train_items, *, steps: int | None = Non
     from dare_bench.trainers.sft import SFTConfig
 
     base = cfg.profile.base
-    config = preset_for_tokenizer(cfg.profile.model.preset, tokenizer)
+    config = preset_for_tokenizer(cfg.profile.model.preset, tokenizer, **cfg.profile.model.preset_overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(base.seed)
         model = build_model(config, device="cpu", dtype=torch.float32, source=cfg.profile.model.preset)
@@ -197,6 +197,8 @@ def recipe_fields(cfg) -> dict[str, Any]:
         # the fixed-step rule keys as before `target` existed (its cached bases stay valid)
         "recipe": base.model_dump(exclude={"target"} if base.target is None else set()),
         "grader": cfg.grader, "answer_length": _answer_length(cfg),
+        # only when set, so the keys (and cached bases) of every preset at its own block size stay as they were
+        **cfg.profile.model.preset_overrides,
     }
 
 

@@ -40,6 +40,7 @@ def resolve(name: str, scale: str, overrides: list[str] | tuple[str, ...] = ()):
     _check_algorithm_backbone(cfg)
     _check_preference_data(cfg)
     _check_threshold_samplers(cfg)
+    _check_block_sizes(cfg)
     # then the data: a missing training file, or one whose rows the task cannot read, fails here, before the
     # pipeline writes anything
     resolved = spec.resolve(scale, list(overrides), with_data=True)
@@ -153,20 +154,54 @@ def _check_threshold_samplers(cfg) -> None:
             raise ConfigError(f"{cfg.reproduction}: eval.thresholds {t}: {exc}") from None
 
 
+def _check_block_sizes(cfg) -> None:
+    """A block-diffusion model decodes at the block size it trains at: the evaluation sampler's and the rollouts'
+    `block_length` equal the model's block size (the real config's, or the preset's unless `model.block_size` sets
+    it). Every real recipe does (LLaDA2 32, SDAR 4); a replica that trained at 32 and decoded its short canvases at
+    8 would be evaluated on an attention pattern it never trained on. Algorithms that set the block themselves are
+    checked by `config.profile_problem` instead (WSD's final block, `ar`'s pinned block)."""
+    from dare_bench import catalogue
+
+    model_ref, train = cfg.profile.model, cfg.profile.train
+    knobs = catalogue.algorithm(cfg.algorithm).settings(train)
+    if train.kind == "wsd" or getattr(knobs, "block_size", None) is not None:
+        if model_ref.block_size is not None:
+            raise ConfigError(f"{cfg.reproduction}: model.block_size {model_ref.block_size}: {cfg.algorithm} sets the "
+                              "block size it trains at itself (train.algorithm); set model.block_size to null")
+        return
+    traits = _run_meta_model(cfg).traits
+    if not traits.is_block_diffusion:
+        if model_ref.block_size is not None:
+            raise ConfigError(f"{cfg.reproduction}: model.block_size {model_ref.block_size}: {model_ref.preset} is "
+                              "not a block-diffusion model (it has no block size)")
+        return
+    source = ("model.block_size" if model_ref.block_size is not None
+              else f"preset {model_ref.preset}" if model_ref.preset else f"checkpoint {model_ref.checkpoint}")
+    decoders = {"eval.sampler": cfg.profile.eval.sampler.block_length}
+    if train.kind == "rl" and train.rollout is not None:
+        decoders["train.rollout"] = train.rollout.block_length
+    for where, block_length in decoders.items():
+        if block_length is not None and block_length != traits.block_size:
+            hint = "; set model.block_size" if model_ref.preset else ""
+            raise ConfigError(f"{cfg.reproduction}: {where}.block_length {block_length} is not the block size the "
+                              f"model trains at ({traits.block_size}, {source}){hint}")
+
+
 def _run_meta_model(cfg):
     """The run's model on the meta device (its traits: mask id, attention kind, block size ...), from its real
     config (paper) or tiny preset (tiny / micro): no weights. Only read (traits, sampler checks), so shared."""
-    return _meta_model(cfg.profile.model.checkpoint, cfg.profile.model.preset)
+    return _meta_model(cfg.profile.model.checkpoint, cfg.profile.model.preset, cfg.profile.model.block_size)
 
 
 @functools.lru_cache(maxsize=32)
-def _meta_model(checkpoint: str | None, preset: str | None):
+def _meta_model(checkpoint: str | None, preset: str | None, block_size: int | None = None):
     # building LLaDA2's 256-expert layers takes ~1 s even without weights; `list --runnable` plans every entry
     from dare_bench.models import from_config
     from dare_bench.models.presets import preset_config
     from dare_bench.models.real_configs import real_config
 
-    config = real_config(checkpoint)[1] if preset is None else preset_config(preset)
+    overrides = {} if block_size is None else {"block_size": block_size}
+    config = real_config(checkpoint)[1] if preset is None else preset_config(preset, **overrides)
     return from_config(config)
 
 

@@ -177,7 +177,8 @@ def base_group(cfg) -> tuple | None:
     scale and base recipe); None: nothing to build (paper scale: the real checkpoint)."""
     if cfg is None or cfg.profile.base is None or cfg.scale in ("paper", "official"):
         return None
-    return (cfg.backbone, cfg.task, cfg.scale, cfg.profile.model.preset, cfg.profile.base.model_dump_json())
+    return (cfg.backbone, cfg.task, cfg.scale, cfg.profile.model.preset, cfg.profile.model.block_size,
+            cfg.profile.base.model_dump_json())
 
 
 # --------------------------------------------------------------------------------------------------- workers

@@ -26,8 +26,9 @@ def config(algorithm: str, backbone: str, task: str, scale: str, *, modified: bo
     if num_t is not None:
         train["algorithm"] = {"num_t": num_t}
     key = f"{name}/{scale}/{bool(overrides)}/{overrides}"
+    content_hash = hashlib.sha256(key.encode()).hexdigest()
     return {"reproduction": name, "algorithm": algorithm, "backbone": backbone, "task": task, "scale": scale,
-            "content_hash": hashlib.sha256(key.encode()).hexdigest(), "modified": bool(overrides),
+            "content_hash": content_hash, "modified": bool(overrides),
             "overrides": overrides, "profile": {"train": train}}
 
 

@@ -11,7 +11,14 @@ from typer.testing import CliRunner
 
 from dare_bench.cli import app
 from dare_bench.errors import ConfigError
-from dare_bench.leaderboard.report import END, START, markdown_table, update_readme, winners_rows
+from dare_bench.leaderboard.report import (
+    END,
+    START,
+    markdown_table,
+    superseded_counts,
+    update_readme,
+    winners_rows,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -24,7 +31,8 @@ def test_the_readme_block_is_the_shipped_bundles_table(tmp_path, monkeypatch):
     from dare_bench.store.bundle import SHIPPED, merged_database
 
     url = merged_database([SHIPPED], None)["url"]
-    expected = markdown_table(winners_rows(url, scale="tiny", shipped_bases=bundle_base_hashes([SHIPPED])), "tiny")
+    expected = markdown_table(winners_rows(url, scale="tiny", shipped_bases=bundle_base_hashes([SHIPPED])), "tiny",
+                              superseded_counts(url, scale="tiny"))
     readme = (REPO / "README.md").read_text()
     block = readme.split(START, 1)[1].split(END, 1)[0]
     assert block.endswith(expected), "README winners block is stale: run `dare-bench winners --readme README.md " \
