@@ -415,11 +415,12 @@ def foreign_base_notes(cells: list[Cell], url: str) -> list[str]:
     finally:
         store.close()
     notes = []
-    for (backbone, task, scale, preset, recipe), cell in groups.items():
+    for (backbone, task, scale, preset, block_size, recipe), cell in groups.items():
         recipe = json.loads(recipe)
         theirs = sorted({r["base_sha256"] for r in runs
                          if (r["backbone"], r["task"], r["scale"]) == (backbone, task, scale)
                          and r["config"]["profile"]["model"]["preset"] == preset
+                         and r["config"]["profile"]["model"].get("block_size") == block_size
                          and r["config"]["profile"]["base"] == recipe})
         if theirs and not cached.intersection(theirs):
             notes.append(f"note: {backbone} x {task} ({scale}): the store's runs started from base "

@@ -577,6 +577,28 @@ def test_a_sweep_says_first_when_its_base_would_split_the_stores_group(tmp_path,
     assert not [line for line in logs if line.startswith("note:")]
 
 
+def test_runs_of_the_replica_at_another_block_size_are_another_base_group(tmp_path, monkeypatch):
+    """The LLaDA2 replica trains at `model.block_size` 8; a stored run of the replica at its preset's 32 (before the
+    fix) trained another base, so it neither joins the sweep's base group nor prompts the "would split" note."""
+    from dare_bench.pipeline.plan import resolve
+
+    monkeypatch.setenv("DARE_BENCH_HOME", str(tmp_path / "home"))
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    _, now = resolve("sft-llada2-sudoku", "micro")
+    before = now.model_copy(update={"profile": now.profile.model_copy(
+        update={"model": now.profile.model.model_copy(update={"block_size": None})})})
+    assert sweep.base_group(now) != sweep.base_group(before)
+    store = Store(url)
+    for cfg, sha in ((before, "ab"), (now, "cd")):
+        run_id = store.start_run(cfg, seed=0)
+        store.finish_run(run_id, [], base={"weights_sha256": sha * 32, "selection": {"rule": "fixed", "step": 40}})
+    store.close()
+    cells = sweep.run_sweep(["sft-llada2-sudoku"], scale="micro", seeds=[1], db=url, dry_run=True, progress=False,
+                            log=lambda _: None)
+    notes = sweep.foreign_base_notes(cells, url)
+    assert len(notes) == 1 and "started from base cdcdcdcd" in notes[0] and "abababab" not in notes[0]
+
+
 def test_a_finished_run_from_another_base_is_run_again_from_this_machines(tmp_path, monkeypatch):
     """A finished cell counts as done only from the base this machine's cache holds for its recipe: one that started
     from another base (another CPU kind's) sits in another leaderboard group, so the sweep runs the cell again here,
