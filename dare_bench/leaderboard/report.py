@@ -78,6 +78,10 @@ def superseded_counts(url: str, *, scale: str) -> dict[str, int]:
         engine.dispose()
 
 
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
 def markdown_table(rows: list[dict[str, Any]], scale: str, superseded: dict[str, int] | None = None) -> str:
     if not rows:
         return f"_No finished {scale}-scale runs in the bundle yet._\n"
@@ -95,7 +99,7 @@ def markdown_table(rows: list[dict[str, Any]], scale: str, superseded: dict[str,
                f"so each machine kind trains its own. The CPU that trained each base: {where}._\n" if where else "")
             + (f"\n_Rows whose SFT base ships in the bundle (`dare-bench ingest dare_bench/results --db grid.db` "
                f"installs it; runs from it on any machine join the row): {shipped}._\n" if shipped else "")
-            + (f"\n_Not counted: {sum(superseded.values())} runs of configs the registry has changed since they ran "
+            + (f"\n_Not counted: {_runs(sum(superseded.values()))} of configs the registry has changed since they ran "
                f"(they stay in the bundle; the leaderboard shows them with modified runs): "
                + ", ".join(f"{name} ({n})" for name, n in sorted(superseded.items())) + "._\n"
                if superseded else ""))

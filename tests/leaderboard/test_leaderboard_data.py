@@ -363,3 +363,37 @@ def test_a_single_run_does_not_outrank_entries_with_several(tmp_path):
     add_run(solo, "cj-grpo", 0.50)
     add_run(solo, "d1", 0.40)
     assert L.winners_overview(L.open_reader(solo.url), scale="micro").iloc[0].winner == "cj-grpo"
+
+
+def test_runs_of_a_superseded_config_are_left_out_and_named(tmp_path):
+    """A run whose pinned config the registry has since changed (here the LLaDA2 replica before it trained at its
+    decoding block, `model.block_size` unset) is superseded: the winners leave it out unless modified runs are asked
+    for, and `winners` names it under the table. Runs of the current config, and of entries the registry cannot
+    resolve, count as before."""
+    from dare_bench.leaderboard.report import markdown_table, superseded_counts, winners_rows
+    from dare_bench.pipeline.plan import resolve
+
+    store = Store(f"sqlite:///{tmp_path / 'stale.db'}")
+    _, now = resolve("sft-llada2-sudoku", "micro")
+    before = now.model_copy(update={"profile": now.profile.model_copy(
+        update={"model": now.profile.model.model_copy(update={"block_size": None})})})
+    assert before.recipe_hash != now.recipe_hash and before.content_hash != now.content_hash
+    # the data fingerprints are not part of the recipe: DARE's files and the generator judge alike
+    assert now.model_copy(update={"data": []}).recipe_hash == now.recipe_hash
+    for cfg, final, seed in ((now, 0.2, 0), (now, 0.3, 1), (before, 0.9, 0)):
+        run_id = store.start_run(cfg, seed=seed, code_version="test", packages={"torch": "2.13.0"},
+                                 hardware={"cpu": "test"})
+        store.finish_run(run_id, [evaluation("sudoku", 0.1, "base"), evaluation("sudoku", final, "final", step=4)])
+    add_run(store, "d1", 0.5, backbone="llada2", task="sudoku", seed=0)  # a config the registry cannot resolve
+    engine = L.open_reader(store.url)
+    assert L.superseded_hashes(engine) == {before.content_hash}
+    assert L.superseded_runs(engine, scale="micro") == {"sft-llada2-sudoku": 1}
+    cells = L.winners(engine, backbone="llada2", scale="micro")
+    assert _cell(cells, "sft").n == 2 and _cell(cells, "sft")["mean"] == pytest.approx(0.25)
+    assert _cell(cells, "d1").n == 1
+    every = L.winners(engine, backbone="llada2", scale="micro", include_modified=True)
+    assert _cell(every, "sft").n == 3
+    table = markdown_table(winners_rows(store.url, scale="micro"), "micro", superseded_counts(store.url, scale="micro"))
+    assert "_Not counted: 1 run of configs the registry has changed since they ran" in table
+    assert "sft-llada2-sudoku (1)" in table
+    assert "Not counted" not in markdown_table(winners_rows(store.url, scale="micro"), "micro", {})
