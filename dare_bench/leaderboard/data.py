@@ -171,8 +171,13 @@ def _modified_clause(engine: Engine, include_modified: bool) -> str:
     of a superseded config (`superseded_hashes`)."""
     if include_modified:
         return ""
-    stale = sorted(superseded_hashes(engine))
-    return "AND r.modified = 0" + (f" AND r.config_hash NOT IN ({', '.join(map(repr, stale))})" if stale else "")
+    stale = superseded_hashes(engine)
+    return "AND r.modified = 0" + (f" AND r.config_hash NOT IN ({_sql_list(stale)})" if stale else "")
+
+
+def _sql_list(hashes: frozenset[str]) -> str:
+    """`superseded_hashes` as an SQL list (hex strings only, so quoting them is safe)."""
+    return ", ".join(map(repr, sorted(hashes)))
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -210,11 +215,11 @@ def _superseded(config_json: str, reproduction: str, scale: str, overrides_json:
 
 def superseded_runs(engine: Engine, *, scale: str) -> dict[str, int]:
     """Finished runs at `scale` of superseded configs, per reproduction (what the winners table says it left out)."""
-    stale = sorted(superseded_hashes(engine))
+    stale = superseded_hashes(engine)
     if not stale:
         return {}
     df = _df(engine, f"""SELECT reproduction, COUNT(*) AS n FROM runs WHERE status = 'finished' AND scale = :scale
-                          AND config_hash IN ({', '.join(map(repr, stale))}) GROUP BY reproduction""", scale=scale)
+                          AND config_hash IN ({_sql_list(stale)}) GROUP BY reproduction""", scale=scale)
     return {r.reproduction: int(r.n) for r in df.itertuples()}
 
 

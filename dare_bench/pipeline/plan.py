@@ -190,18 +190,18 @@ def _check_block_sizes(cfg) -> None:
 def _run_meta_model(cfg):
     """The run's model on the meta device (its traits: mask id, attention kind, block size ...), from its real
     config (paper) or tiny preset (tiny / micro): no weights. Only read (traits, sampler checks), so shared."""
-    return _meta_model(cfg.profile.model.checkpoint, cfg.profile.model.preset, cfg.profile.model.block_size)
+    model = cfg.profile.model
+    return _meta_model(model.checkpoint, model.preset, tuple(sorted(model.preset_overrides.items())))
 
 
 @functools.lru_cache(maxsize=32)
-def _meta_model(checkpoint: str | None, preset: str | None, block_size: int | None = None):
+def _meta_model(checkpoint: str | None, preset: str | None, preset_overrides: tuple = ()):
     # building LLaDA2's 256-expert layers takes ~1 s even without weights; `list --runnable` plans every entry
     from dare_bench.models import from_config
     from dare_bench.models.presets import preset_config
     from dare_bench.models.real_configs import real_config
 
-    overrides = {} if block_size is None else {"block_size": block_size}
-    config = real_config(checkpoint)[1] if preset is None else preset_config(preset, **overrides)
+    config = real_config(checkpoint)[1] if preset is None else preset_config(preset, **dict(preset_overrides))
     return from_config(config)
 
 
