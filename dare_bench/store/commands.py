@@ -57,6 +57,22 @@ def _progress_text(progress: dict) -> str:
     return text
 
 
+def _score_text(evaluations: list[dict]) -> str:
+    """A run's evaluations for the `runs` table, one group per task / split / metric, each checkpoint named and in
+    training order: "countdown test accuracy: base 0.3086, step-25 0.3047, final 0.3672" (unnamed ones, e.g. a plain
+    `eval`, show the value alone)."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in evaluations:
+        groups.setdefault((e["task"], e["split"], e["primary_metric"]), []).append(e)
+    parts = []
+    for (task, split, metric), evs in groups.items():
+        # base first, then by step; "final" carries the last step, so it sorts after the periodic evaluations
+        evs = sorted(evs, key=lambda e: (e["checkpoint"] != "base", e["step"] or 0, e["checkpoint"] == "final"))
+        values = ", ".join((f"{e['checkpoint']} " if e["checkpoint"] else "") + f"{e['value']:.4g}" for e in evs)
+        parts.append(f"{task} {split} {metric}: {values}")
+    return "; ".join(parts) or "-"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("runs")
     def runs_cmd(
@@ -94,7 +110,7 @@ def register(app: typer.Typer) -> None:
         for col in ("id", "reproduction", "scale", "seed", "status", "score", "started", "config"):
             table.add_column(col)
         for r in runs:
-            score = ", ".join(f"{e['task']} {e['primary_metric']}={e['value']:.4g}" for e in r["evaluations"]) or "-"
+            score = _score_text(r["evaluations"])
             if "progress" in r:
                 score = _progress_text(r["progress"]) + ("; " + score if score != "-" else "")
             cfg = r["config_hash"][:10] + (" (modified)" if r["modified"] else "")

@@ -44,6 +44,16 @@ def test_ingest_is_idempotent_and_runs_lists_it(tmp_path, spec, db_url):
     assert table.exit_code == 0 and "d1-llada-sudoku" in table.output
 
 
+def test_runs_table_names_each_checkpoint_in_training_order(tmp_path, spec, db_url):
+    # stored in the order a tiny run writes them: a periodic evaluation, then the base, then the final one
+    evs = [_ev(value=v).model_copy(update={"checkpoint": c, "step": st})
+           for c, st, v in (("step-25", 25, 0.5), ("base", 0, 0.25), ("final", 50, 0.75))]
+    path = write_result_file(tmp_path / "r.json", config=spec.resolve("micro"), seed=0, evaluations=evs)
+    assert runner.invoke(app, ["ingest", str(path), "--db", db_url, "--no-sync-reported"]).exit_code == 0
+    table = runner.invoke(app, ["runs", "--db", db_url])
+    assert table.exit_code == 0 and "sudoku test accuracy: base 0.25, step-25 0.5, final 0.75" in table.output
+
+
 def test_ingest_attaches_to_a_run_the_database_saw_start(tmp_path, spec, db_url):
     from dare_bench.store import run_record
 
